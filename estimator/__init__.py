@@ -1,0 +1,1 @@
+"""Colloc's memory estimator: pure library (no database, no web), spec -> estimate."""

@@ -1,0 +1,1 @@
+"""Alembic migrations: the only way Colloc's schema is created or changed."""

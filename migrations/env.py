@@ -1,0 +1,42 @@
+"""Alembic environment: runs migrations against the URL in the Alembic config."""
+
+from __future__ import annotations
+
+from alembic import context
+
+import service.events.models
+import service.jobs.models
+import service.nodes.models  # noqa: F401  (register every table on the metadata)
+from service.db import Base, make_engine
+
+target_metadata = Base.metadata
+
+
+def run_migrations_offline() -> None:
+    context.configure(
+        url=context.config.get_main_option("sqlalchemy.url"),
+        target_metadata=target_metadata,
+        literal_binds=True,
+        render_as_batch=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    url = context.config.get_main_option("sqlalchemy.url")
+    assert url is not None, "sqlalchemy.url must be set in the Alembic config"
+    engine = make_engine(url)
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection, target_metadata=target_metadata, render_as_batch=True
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+    engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,1 @@
+"""Colloc's central scheduler: REST API, database, placement and dashboard."""

@@ -1,0 +1,1 @@
+"""Admin queries: the whole cluster, every job, the event log."""

@@ -1,0 +1,56 @@
+"""Response bodies of the admin queries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class GpuAllocationRead(BaseModel):
+    job_id: int
+    attempt: int
+    reserved_mib: int
+
+
+class GpuRead(BaseModel):
+    uuid: str
+    index: int
+    model: str
+    memory_total_mib: int
+    memory_reserved_mib: int
+    memory_used_mib: int
+    memory_foreign_mib: int
+    memory_free_mib: int
+    utilization_pct: float
+    healthy: bool
+    allocations: list[GpuAllocationRead]
+
+
+class NodeRead(BaseModel):
+    id: int
+    name: str
+    state: str
+    agent_version: str
+    registered_at: datetime
+    last_heartbeat_at: datetime
+    gpus: list[GpuRead]
+
+
+class ClusterRead(BaseModel):
+    nodes: list[NodeRead]
+
+
+class EventRead(BaseModel):
+    id: int
+    at: datetime
+    kind: str
+    job_id: int | None
+    node_id: int | None
+    message: str
+    data: dict[str, Any]
+
+
+class EventList(BaseModel):
+    events: list[EventRead]

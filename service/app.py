@@ -1,0 +1,57 @@
+"""The FastAPI application: routers, error handlers, migrations and the scheduler loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy import text
+
+from service.admin.router import router as admin_router
+from service.config import Settings
+from service.dashboard.router import router as dashboard_router
+from service.db import make_engine, make_sessionmaker, upgrade
+from service.deps import SessionDep
+from service.errors import install_error_handlers
+from service.jobs.router import router as jobs_router
+from service.nodes.router import router as nodes_router
+from service.scheduler.cycle import SchedulerLoop
+
+VERSION = "0.1.0"
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app for `settings`; start-up migrates the database and starts scheduling."""
+    settings = settings or Settings()
+    engine = make_engine(settings.database_url)
+    sessions = make_sessionmaker(engine)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        upgrade(settings.database_url)
+        loop = SchedulerLoop(sessions, settings) if settings.scheduler_enabled else None
+        if loop is not None:
+            loop.start()
+        try:
+            yield
+        finally:
+            if loop is not None:
+                loop.stop()
+            engine.dispose()
+
+    app = FastAPI(title="Colloc", version=VERSION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.sessions = sessions
+    install_error_handlers(app)
+    for router in (jobs_router, nodes_router, admin_router):
+        app.include_router(router, prefix="/v1")
+    app.include_router(dashboard_router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz(session: SessionDep) -> dict[str, str]:
+        """Liveness and database reachability."""
+        session.execute(text("SELECT 1"))
+        return {"status": "ok", "version": VERSION}
+
+    return app

@@ -1,0 +1,67 @@
+"""One error shape for every failure: `{"error": {"code", "message", "details"}}`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """An error a client caused or can act on, with its HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+def not_found(what: str, key: object) -> ApiError:
+    return ApiError(404, "not_found", f"{what} {key} does not exist")
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details}}
+
+
+def _validation_details(exc: RequestValidationError) -> list[dict[str, Any]]:
+    """Pydantic's errors without the echoed input (it can be huge or binary)."""
+    return [
+        {key: value for key, value in error.items() if key in ("loc", "msg", "type")}
+        for error in jsonable_encoder(exc.errors())
+    ]
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(
+            error_body(exc.code, exc.message, jsonable_encoder(exc.details)), exc.status
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        details = _validation_details(exc)
+        first = details[0] if details else {"loc": [], "msg": "invalid request"}
+        where = ".".join(str(part) for part in first.get("loc", []))
+        message = f"invalid request: {where}: {first.get('msg')}" if where else "invalid request"
+        return JSONResponse(error_body("validation_error", message, details), 422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
+        code = "not_found" if exc.status_code == 404 else f"http_{exc.status_code}"
+        return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body("internal_error", "internal server error"), 500)

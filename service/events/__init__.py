@@ -1,0 +1,1 @@
+"""The append-only audit log of every state change."""

@@ -1,0 +1,1 @@
+"""Jobs, their attempts and the GPU memory reserved for them."""

@@ -1,0 +1,93 @@
+"""Tables for jobs, attempts, allocations and observed peaks."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.db import Base, UtcDateTime
+from service.nodes.models import Gpu, Node
+
+ACTIVE_ATTEMPT_STATES = ("placed", "running")
+FINAL_JOB_STATES = ("succeeded", "failed", "oom", "cancelled", "lost")
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (UniqueConstraint("owner", "idempotency_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    owner: Mapped[str] = mapped_column(String(128), index=True)
+    queue: Mapped[str] = mapped_column(String(64))
+    priority: Mapped[int]
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    gpus: Mapped[int]
+    memory_mib: Mapped[int | None]
+    # Raised after an OOM: no later attempt reserves less than this per GPU.
+    reservation_floor_mib: Mapped[int | None]
+    max_attempts: Mapped[int]
+    cancel_requested: Mapped[bool] = mapped_column(default=False)
+    idempotency_key: Mapped[str | None] = mapped_column(String(128))
+    exit_code: Mapped[int | None]
+    reason: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+
+    attempts: Mapped[list[Attempt]] = relationship(back_populates="job", order_by="Attempt.number")
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+    __table_args__ = (UniqueConstraint("job_id", "number"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    number: Mapped[int]
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"), index=True)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    reserved_mib: Mapped[int]
+    placed_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    exit_code: Mapped[int | None]
+    reason: Mapped[str | None] = mapped_column(Text)
+    peak_mib: Mapped[int | None]
+
+    job: Mapped[Job] = relationship(back_populates="attempts")
+    node: Mapped[Node] = relationship()
+    allocations: Mapped[list[Allocation]] = relationship(back_populates="attempt")
+
+
+class Allocation(Base):
+    """GPU memory reserved for one attempt on one GPU while the attempt is active."""
+
+    __tablename__ = "allocations"
+    __table_args__ = (Index("ix_allocations_gpu_active", "gpu_id", "active"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    reserved_mib: Mapped[int]
+    active: Mapped[bool] = mapped_column(default=True)
+
+    attempt: Mapped[Attempt] = relationship(back_populates="allocations")
+    gpu: Mapped[Gpu] = relationship()
+
+
+class Observation(Base):
+    """The peak memory an agent saw for one attempt on one GPU."""
+
+    __tablename__ = "observations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
+    gpu_model: Mapped[str] = mapped_column(String(128), index=True)
+    peak_mib: Mapped[int]
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime())

@@ -1,0 +1,82 @@
+"""Request and response bodies for jobs (the job spec of DESIGN.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")]
+Argument = Annotated[str, StringConstraints(max_length=4096)]
+EnvName = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+]
+
+
+class JobCreate(BaseModel):
+    """A job as users submit it (YAML or JSON)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    command: list[Argument] = Field(min_length=1, max_length=256)
+    gpus: int = Field(default=1, ge=1, le=64)
+    gpu_models: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] | None = (
+        Field(default=None, min_length=1, max_length=32)
+    )
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    queue: Name = "default"
+    memory_mib: int | None = Field(default=None, ge=1, le=16 * 1024 * 1024)
+    max_attempts: int | None = Field(default=None, ge=1, le=20)
+    env: dict[EnvName, Argument] = Field(default_factory=dict, max_length=128)
+    workdir: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
+    training: dict[str, Any] | None = None
+
+
+class AttemptGpu(BaseModel):
+    uuid: str
+    index: int
+    model: str
+    reserved_mib: int
+
+
+class AttemptRead(BaseModel):
+    number: int
+    state: str
+    node: str
+    gpus: list[AttemptGpu]
+    reserved_mib: int
+    placed_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    exit_code: int | None
+    reason: str | None
+    peak_mib: int | None
+
+
+class JobRead(BaseModel):
+    id: int
+    name: str
+    owner: str
+    queue: str
+    priority: int
+    state: str
+    command: list[str]
+    gpus: int
+    gpu_models: list[str] | None
+    memory_mib: int | None
+    reservation_floor_mib: int | None
+    max_attempts: int
+    cancel_requested: bool
+    exit_code: int | None
+    reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    attempts: list[AttemptRead]
+
+
+class JobList(BaseModel):
+    jobs: list[JobRead]
+    total: int

@@ -1,0 +1,1 @@
+"""Nodes and their GPUs, as agents register and report them."""

@@ -1,0 +1,41 @@
+"""Tables for nodes and GPUs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import ForeignKey, String
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from service.db import Base, UtcDateTime
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    state: Mapped[str] = mapped_column(String(16))  # ready | lost
+    agent_version: Mapped[str] = mapped_column(String(64))
+    registered_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    last_heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+    gpus: Mapped[list[Gpu]] = relationship(back_populates="node", order_by="Gpu.index")
+
+
+class Gpu(Base):
+    __tablename__ = "gpus"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"), index=True)
+    uuid: Mapped[str] = mapped_column(String(96), unique=True)
+    index: Mapped[int]
+    model: Mapped[str] = mapped_column(String(128))
+    memory_total_mib: Mapped[int]
+    memory_used_mib: Mapped[int] = mapped_column(default=0)
+    memory_foreign_mib: Mapped[int] = mapped_column(default=0)
+    utilization_pct: Mapped[float] = mapped_column(default=0.0)
+    healthy: Mapped[bool] = mapped_column(default=True)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+    node: Mapped[Node] = relationship(back_populates="gpus")

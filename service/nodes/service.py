@@ -1,0 +1,204 @@
+"""Agent registration and heartbeats: GPU state in; assignments and cancellations out.
+
+Agents pull: a heartbeat carries what the agent knows of every attempt it holds, and
+the reply carries what it should start or stop. Heartbeats from one agent are
+sequential, so an attempt the server placed on a node and that the node does not
+report is one the agent has not started (re-sent) or no longer runs (lost).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from service.config import Settings
+from service.db import utcnow
+from service.errors import ApiError, not_found
+from service.events.service import record
+from service.jobs import service as jobs
+from service.jobs.models import ACTIVE_ATTEMPT_STATES, Allocation, Attempt, Job
+from service.nodes.models import Gpu, Node
+from service.nodes.schemas import (
+    Assignment,
+    AttemptRef,
+    AttemptReport,
+    Heartbeat,
+    HeartbeatReply,
+    NodeRegister,
+)
+
+
+def _reject_duplicates(uuids: list[str]) -> None:
+    duplicates = sorted({uuid for uuid in uuids if uuids.count(uuid) > 1})
+    if duplicates:
+        raise ApiError(422, "duplicate_gpu", f"GPU(s) listed twice: {', '.join(duplicates)}")
+
+
+def register(*, session: Session, body: NodeRegister) -> Node:
+    """Create or refresh a node and its GPUs (agents re-register after restarts)."""
+    _reject_duplicates([gpu.uuid for gpu in body.gpus])
+    now = utcnow()
+    node = session.scalar(select(Node).where(Node.name == body.name))
+    if node is None:
+        node = Node(name=body.name, registered_at=now)
+        session.add(node)
+    node.state = "ready"
+    node.agent_version = body.agent_version
+    node.last_heartbeat_at = now
+    session.flush()
+    known = {
+        gpu.uuid: gpu
+        for gpu in session.scalars(select(Gpu).where(Gpu.uuid.in_([g.uuid for g in body.gpus])))
+    }
+    for info in body.gpus:
+        gpu = known.get(info.uuid)
+        if gpu is not None and gpu.node_id != node.id:
+            raise ApiError(409, "gpu_conflict", f"GPU {info.uuid} is registered to another node")
+        if gpu is None:
+            gpu = Gpu(node_id=node.id, uuid=info.uuid)
+            session.add(gpu)
+        gpu.index = info.index
+        gpu.model = info.model
+        gpu.memory_total_mib = info.memory_total_mib
+        gpu.healthy = True
+        gpu.updated_at = now
+    reported = {info.uuid for info in body.gpus}
+    for gpu in session.scalars(select(Gpu).where(Gpu.node_id == node.id)):
+        if gpu.uuid not in reported:
+            gpu.healthy = False
+    record(
+        session=session,
+        kind="node.registered",
+        node_id=node.id,
+        message=f"node {node.name} registered with {len(body.gpus)} GPU(s)",
+    )
+    return node
+
+
+def get(*, session: Session, node_id: int) -> Node:
+    node = session.get(Node, node_id)
+    if node is None:
+        raise not_found("node", node_id)
+    return node
+
+
+def heartbeat(
+    *, session: Session, node: Node, body: Heartbeat, settings: Settings
+) -> HeartbeatReply:
+    """Apply one agent report and tell the agent what to start and stop."""
+    gpus = {gpu.uuid: gpu for gpu in node.gpus}
+    _reject_duplicates([state.uuid for state in body.gpus])
+    unknown = [state.uuid for state in body.gpus if state.uuid not in gpus]
+    if unknown:
+        raise ApiError(
+            422, "unknown_gpu", f"GPU(s) not registered on node {node.name}: {', '.join(unknown)}"
+        )
+    now = utcnow()
+    if node.state != "ready":
+        record(
+            session=session,
+            kind="node.recovered",
+            node_id=node.id,
+            message=f"node {node.name} reports again",
+        )
+    node.state = "ready"
+    node.last_heartbeat_at = now
+    for state in body.gpus:
+        gpu = gpus[state.uuid]
+        gpu.memory_used_mib = state.memory_used_mib
+        gpu.memory_foreign_mib = state.memory_foreign_mib
+        gpu.utilization_pct = state.utilization_pct
+        gpu.healthy = state.healthy
+        gpu.updated_at = now
+
+    reply = HeartbeatReply(
+        assignments=[],
+        cancellations=[],
+        acknowledged=[],
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+    )
+    active = _active_attempts(session, node.id)
+    reported: set[tuple[int, int]] = set()
+    for report in body.attempts:
+        key = (report.job_id, report.attempt)
+        reported.add(key)
+        attempt = active.get(key)
+        ref = AttemptRef(job_id=report.job_id, attempt=report.attempt)
+        if report.state == "exited":
+            if attempt is not None:
+                _apply_exit(session, attempt, report, settings)
+            reply.acknowledged.append(ref)
+        elif attempt is None:
+            reply.cancellations.append(ref)  # ended or moved on the server: stop it
+        else:
+            jobs.mark_running(session=session, attempt=attempt, started_at=report.started_at)
+            if attempt.job.cancel_requested:
+                reply.cancellations.append(ref)
+
+    for key, attempt in active.items():
+        if key in reported:
+            continue
+        if attempt.state == "running":
+            jobs.end_attempt(
+                session=session,
+                attempt=attempt,
+                outcome="lost",
+                settings=settings,
+                reason=f"node {node.name} no longer reports it",
+            )
+        elif attempt.job.cancel_requested:
+            jobs.end_attempt(
+                session=session,
+                attempt=attempt,
+                outcome="cancelled",
+                settings=settings,
+                reason="cancelled before it started",
+            )
+        else:
+            reply.assignments.append(_assignment(attempt))
+    return reply
+
+
+def _active_attempts(session: Session, node_id: int) -> dict[tuple[int, int], Attempt]:
+    query = (
+        select(Attempt)
+        .where(Attempt.node_id == node_id, Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
+        .options(
+            selectinload(Attempt.job).selectinload(Job.attempts),
+            selectinload(Attempt.allocations).selectinload(Allocation.gpu),
+        )
+    )
+    return {(a.job_id, a.number): a for a in session.scalars(query)}
+
+
+def _apply_exit(
+    session: Session, attempt: Attempt, report: AttemptReport, settings: Settings
+) -> None:
+    if attempt.state == "placed":
+        jobs.mark_running(session=session, attempt=attempt, started_at=report.started_at)
+    exit_code = report.exit_code
+    outcome = report.outcome or ("succeeded" if exit_code == 0 else "failed")
+    jobs.end_attempt(
+        session=session,
+        attempt=attempt,
+        outcome=outcome,
+        settings=settings,
+        exit_code=exit_code,
+        reason=report.reason,
+        peak_mib_by_gpu=report.peak_mib_by_gpu,
+        finished_at=report.finished_at,
+    )
+
+
+def _assignment(attempt: Attempt) -> Assignment:
+    spec = attempt.job.spec
+    gpus = sorted((a.gpu for a in attempt.allocations), key=lambda gpu: gpu.index)
+    return Assignment(
+        job_id=attempt.job_id,
+        attempt=attempt.number,
+        command=spec["command"],
+        env=spec.get("env") or {},
+        workdir=spec.get("workdir"),
+        gpu_uuids=[gpu.uuid for gpu in gpus],
+        reserved_mib=attempt.reserved_mib,
+    )
