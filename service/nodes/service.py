@@ -132,6 +132,8 @@ def heartbeat(
             reply.cancellations.append(ref)  # ended or moved on the server: stop it
         else:
             jobs.mark_running(session=session, attempt=attempt, started_at=report.started_at)
+            if report.peak_mib_by_gpu:
+                attempt.peak_mib = max(attempt.peak_mib or 0, *report.peak_mib_by_gpu.values())
             if attempt.job.cancel_requested:
                 reply.cancellations.append(ref)
 

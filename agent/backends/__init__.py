@@ -1,0 +1,1 @@
+"""Device backends: one narrow interface over real (NVML) or simulated GPUs."""

@@ -1,0 +1,41 @@
+"""The agent's HTTP client for the scheduler's `/v1/nodes` endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class ServerError(Exception):
+    """The server answered with an error; `status` is its HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class SchedulerClient:
+    def __init__(self, server: str, token: str | None, timeout_s: float = 10.0) -> None:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=timeout_s)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = self._http.post(path, json=body)
+        if response.status_code >= 400:
+            try:
+                message = response.json()["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                message = response.text[:500]
+            raise ServerError(response.status_code, message)
+        result: dict[str, Any] = response.json()
+        return result
+
+    def register(self, body: dict[str, Any]) -> dict[str, Any]:
+        return self._post("/v1/nodes/register", body)
+
+    def heartbeat(self, node_id: int, body: dict[str, Any]) -> dict[str, Any]:
+        return self._post(f"/v1/nodes/{node_id}/heartbeat", body)

@@ -1,0 +1,98 @@
+"""Simulated cluster files (`colloc up --cluster`, `colloc agent --simulate`).
+
+```yaml
+nodes:
+  - name: node-a
+    gpus: [{model: NVIDIA A100-SXM4-40GB, memory_mib: 40960, count: 1}]
+```
+`memory_mib` may be left out for GPU models the estimator's catalog knows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from estimator.gpus import find_gpu_model
+
+PACKAGED_CLUSTER = Path(__file__).with_name("clusters") / "example.yaml"
+
+_SIM_NAMESPACE = uuid.UUID("6f1c0c1e-3b5e-4c61-9a59-6c6f6c6c6f63")
+
+
+class ClusterFileError(ValueError):
+    """A cluster file that cannot be used, with what is wrong in it."""
+
+
+@dataclass(frozen=True)
+class SimulatedGpu:
+    index: int
+    uuid: str
+    model: str
+    memory_total_mib: int
+
+
+@dataclass(frozen=True)
+class SimulatedNode:
+    name: str
+    gpus: tuple[SimulatedGpu, ...]
+
+
+def simulated_gpu_uuid(node: str, index: int) -> str:
+    """A stable NVML-style UUID for a simulated GPU (same node and index, same UUID)."""
+    return f"GPU-{uuid.uuid5(_SIM_NAMESPACE, f'{node}/{index}')}"
+
+
+def _gpu_groups(node_name: str, raw: Any) -> list[tuple[str, int, int]]:
+    if not isinstance(raw, list) or not raw:
+        raise ClusterFileError(f"node {node_name}: 'gpus' must be a non-empty list")
+    groups = []
+    for entry in raw:
+        if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
+            raise ClusterFileError(f"node {node_name}: each GPU entry needs a 'model' name")
+        known = find_gpu_model(entry["model"])
+        model = known.name if known else entry["model"]
+        memory = entry.get("memory_mib", known.memory_mib if known else None)
+        count = entry.get("count", 1)
+        if not isinstance(memory, int) or memory <= 0:
+            raise ClusterFileError(
+                f"node {node_name}: GPU {model!r} needs a positive integer 'memory_mib'"
+            )
+        if not isinstance(count, int) or not 1 <= count <= 64:
+            raise ClusterFileError(f"node {node_name}: 'count' must be an integer from 1 to 64")
+        groups.append((model, memory, count))
+    return groups
+
+
+def parse_cluster(data: Any) -> list[SimulatedNode]:
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list) or not data["nodes"]:
+        raise ClusterFileError("a cluster file needs a non-empty 'nodes' list")
+    nodes: list[SimulatedNode] = []
+    for raw in data["nodes"]:
+        name = raw.get("name") if isinstance(raw, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ClusterFileError("each node needs a 'name'")
+        if any(node.name == name for node in nodes):
+            raise ClusterFileError(f"node {name} is listed twice")
+        gpus: list[SimulatedGpu] = []
+        for model, memory, count in _gpu_groups(name, raw.get("gpus")):
+            for _ in range(count):
+                index = len(gpus)
+                gpus.append(SimulatedGpu(index, simulated_gpu_uuid(name, index), model, memory))
+        nodes.append(SimulatedNode(name, tuple(gpus)))
+    return nodes
+
+
+def load_cluster(path: Path) -> list[SimulatedNode]:
+    """The nodes of a cluster file; `ClusterFileError` says what is wrong."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ClusterFileError(f"cannot read cluster file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ClusterFileError(f"cluster file {path} is not valid YAML: {exc}") from exc
+    return parse_cluster(data)

@@ -1,0 +1,40 @@
+"""The `colloc` command: one entry point gathering each package's commands.
+
+This is the composition root, so it is the one place that knows every package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from agent import cli as agent_cli
+from service.cli import client, server, up
+from service.cli.errors import CliError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="colloc", description="GPU memory-aware job collocation scheduler"
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (server, up, client, agent_cli):
+        module.add_commands(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run one `colloc` command; errors become one clear line and a non-zero status."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    try:
+        status = args.run(args)
+    except CliError as exc:
+        print(f"colloc: error: {exc}", file=sys.stderr)
+        status = exc.status
+    except KeyboardInterrupt:
+        status = 130
+    sys.exit(status)

@@ -1,0 +1,168 @@
+"""`colloc submit | jobs | show | cancel`: the user's client of the REST API."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from service.cli.errors import CliError
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
+def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    headers = kwargs.pop("headers", {})
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
+    try:
+        response = httpx.request(
+            method, args.server.rstrip("/") + path, headers=headers, timeout=30, **kwargs
+        )
+    except httpx.HTTPError as exc:
+        raise CliError(f"cannot reach Colloc at {args.server}: {exc}") from exc
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if response.status_code >= 400:
+        error = body.get("error", {}) if isinstance(body, dict) else {}
+        message = error.get("message") or response.text[:500]
+        details = error.get("details")
+        extra = f"\n  details: {json.dumps(details)}" if details else ""
+        raise CliError(f"{message} (HTTP {response.status_code}){extra}")
+    return body
+
+
+def load_job_file(path: Path) -> dict[str, Any]:
+    """A job spec from YAML or JSON, or a clear error."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise CliError(f"cannot read {path}: {exc.strerror}", 2) from exc
+    except yaml.YAMLError as exc:
+        raise CliError(f"{path} is not valid YAML or JSON: {exc}", 2) from exc
+    if not isinstance(data, dict):
+        raise CliError(f"{path} must hold one job (a mapping with name, command, ...)", 2)
+    return data
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
+    job = _request(args, "POST", "/v1/jobs", json=load_job_file(args.file), headers=headers)
+    if args.json:
+        print(json.dumps(job))
+    else:
+        print(f"job {job['id']} submitted ({job['state']})")
+    return 0
+
+
+def _where(job: dict[str, Any]) -> str:
+    if not job["attempts"]:
+        return "-"
+    attempt = job["attempts"][-1]
+    gpus = ",".join(str(gpu["index"]) for gpu in attempt["gpus"])
+    return f"{attempt['node']}:{gpus}"
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value}"
+
+
+def run_jobs(args: argparse.Namespace) -> int:
+    params = {"limit": args.limit, **({"state": args.state} if args.state else {})}
+    listing = _request(args, "GET", "/v1/jobs", params=params)
+    if args.json:
+        print(json.dumps(listing))
+        return 0
+    rows = [("ID", "NAME", "STATE", "WHERE", "RESERVED_MIB", "PEAK_MIB", "EXIT")]
+    for job in listing["jobs"]:
+        last = job["attempts"][-1] if job["attempts"] else None
+        rows.append(
+            (
+                str(job["id"]),
+                job["name"],
+                job["state"],
+                _where(job),
+                _mib(last["reserved_mib"] if last else None),
+                _mib(last["peak_mib"] if last else None),
+                _mib(job["exit_code"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    return 0
+
+
+def run_show(args: argparse.Namespace) -> int:
+    job = _request(args, "GET", f"/v1/jobs/{args.id}")
+    if args.json:
+        print(json.dumps(job))
+        return 0
+    for key in (
+        "id",
+        "name",
+        "owner",
+        "queue",
+        "priority",
+        "state",
+        "reason",
+        "command",
+        "gpus",
+        "gpu_models",
+        "memory_mib",
+        "reservation_floor_mib",
+        "exit_code",
+        "created_at",
+        "updated_at",
+        "finished_at",
+    ):
+        print(f"{key}: {job[key] if job[key] is not None else '-'}")
+    for attempt in job["attempts"]:
+        gpus = ", ".join(f"{g['model']} #{g['index']} ({g['uuid']})" for g in attempt["gpus"])
+        print(
+            f"attempt {attempt['number']}: {attempt['state']} on {attempt['node']} [{gpus}] "
+            f"reserved {attempt['reserved_mib']} MiB/GPU, peak {_mib(attempt['peak_mib'])} MiB, "
+            f"exit {_mib(attempt['exit_code'])}, placed {attempt['placed_at']}, "
+            f"started {attempt['started_at'] or '-'}, finished {attempt['finished_at'] or '-'}"
+            + (f"\n  reason: {attempt['reason']}" if attempt["reason"] else "")
+        )
+    return 0
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    job = _request(args, "POST", f"/v1/jobs/{args.id}/cancel")
+    done = "cancelled" if job["state"] == "cancelled" else "cancellation requested"
+    print(f"job {job['id']}: {done}")
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--server", default=os.environ.get("COLLOC_SERVER", DEFAULT_SERVER))
+    common.add_argument("--token", default=os.environ.get("COLLOC_TOKEN"))
+    common.add_argument("--json", action="store_true", help="print the API's JSON")
+
+    submit = commands.add_parser("submit", parents=[common], help="submit a job (YAML or JSON)")
+    submit.add_argument("file", type=Path)
+    submit.add_argument("--idempotency-key", help="resubmitting with the same key is a no-op")
+    submit.set_defaults(run=run_submit)
+
+    jobs = commands.add_parser("jobs", parents=[common], help="list jobs")
+    jobs.add_argument("--state", help="only jobs in this state")
+    jobs.add_argument("--limit", type=int, default=50)
+    jobs.set_defaults(run=run_jobs)
+
+    show = commands.add_parser("show", parents=[common], help="show one job")
+    show.add_argument("id", type=int)
+    show.set_defaults(run=run_show)
+
+    cancel = commands.add_parser("cancel", parents=[common], help="cancel a job")
+    cancel.add_argument("id", type=int)
+    cancel.set_defaults(run=run_cancel)

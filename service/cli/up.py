@@ -1,0 +1,130 @@
+"""`colloc up`: the scheduler on SQLite plus one simulated agent per node, on one machine."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+
+from agent.cluster import PACKAGED_CLUSTER, ClusterFileError, load_cluster
+from service.cli.errors import CliError
+
+EXAMPLE_JOB = Path(__file__).resolve().parents[2] / "examples" / "job.yaml"
+
+
+def _start(*args: str) -> subprocess.Popen[bytes]:
+    """Run `colloc ARGS` with this Python, its scripts (`colloc`) on PATH for jobs."""
+    scripts = str(Path(sys.executable).parent)
+    env = {**os.environ, "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=env)
+
+
+def _wait_healthy(url: str, server: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise CliError(f"the server exited with status {server.returncode} while starting")
+        try:
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise CliError(f"the server did not answer at {url} within {timeout_s:.0f} s")
+
+
+def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in reversed(processes):
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def run_up(args: argparse.Namespace) -> int:
+    try:
+        nodes = load_cluster(args.cluster)
+    except ClusterFileError as exc:
+        raise CliError(str(exc), 2) from exc
+    data_dir: Path = args.data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    url = f"http://{args.host}:{args.port}"
+    processes: list[subprocess.Popen[bytes]] = []
+
+    def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        server = _start(
+            "server",
+            "--host",
+            args.host,
+            "--port",
+            str(args.port),
+            "--db",
+            f"sqlite:///{data_dir / 'colloc.db'}",
+        )
+        processes.append(server)
+        _wait_healthy(url, server)
+        for node in nodes:
+            processes.append(
+                _start(
+                    "agent",
+                    "--server",
+                    url,
+                    "--simulate",
+                    str(args.cluster),
+                    "--node",
+                    node.name,
+                    "--sim-state",
+                    str(data_dir / "sim"),
+                    "--logs-dir",
+                    str(data_dir / "logs" / node.name),
+                )
+            )
+        gpus = sum(len(node.gpus) for node in nodes)
+        print(
+            f"\nColloc is up: {len(nodes)} simulated node(s), {gpus} GPU(s), data in {data_dir}\n"
+            f"  API:       {url}/v1  (OpenAPI at {url}/docs)\n"
+            f"  dashboard: {url}/\n"
+            f"  submit:    COLLOC_SERVER={url} .venv/bin/colloc submit {EXAMPLE_JOB}\n"
+            f"  watch:     COLLOC_SERVER={url} .venv/bin/colloc jobs\n"
+            "Press Ctrl-C to stop.\n",
+            flush=True,
+        )
+        while all(process.poll() is None for process in processes):
+            time.sleep(0.5)
+        dead = next(p for p in processes if p.poll() is not None)
+        role = "the server" if dead is server else "an agent"
+        raise CliError(f"{role} (pid {dead.pid}) exited with status {dead.returncode}")
+    except KeyboardInterrupt:
+        print("stopping Colloc", flush=True)
+        return 0
+    finally:
+        _stop_all(processes)
+
+
+def add_commands(commands: Any) -> None:
+    up = commands.add_parser("up", help="scheduler plus simulated agents on this machine")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8000)
+    up.add_argument("--data-dir", type=Path, default=Path("colloc-data"))
+    up.add_argument(
+        "--cluster",
+        type=Path,
+        default=PACKAGED_CLUSTER,
+        help="simulated cluster file (default: a packaged mixed-GPU example)",
+    )
+    up.set_defaults(run=run_up)
