@@ -1,0 +1,129 @@
+"""A real Colloc on this machine for end-to-end tests: server and agents as processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+FAST = {"COLLOC_HEARTBEAT_INTERVAL_S": "0.5", "COLLOC_SCHEDULE_INTERVAL_S": "0.3"}
+
+CLUSTER = {
+    "nodes": [
+        {"name": "node-a", "gpus": [{"model": "NVIDIA A100-SXM4-40GB", "count": 1}]},
+        {"name": "node-b", "gpus": [{"model": "Tesla T4", "count": 2}]},
+    ]
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class LocalColloc:
+    """Starts, restarts and stops one server and one simulated agent per node."""
+
+    def __init__(self, root: Path, database_url: str) -> None:
+        self.root = root
+        self.database_url = database_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cluster_file = root / "cluster.yaml"
+        self.cluster_file.write_text(yaml.safe_dump(CLUSTER))
+        self.server: subprocess.Popen[bytes] | None = None
+        self.agents: list[subprocess.Popen[bytes]] = []
+        self.http = httpx.Client(base_url=self.url, timeout=10)
+        scripts = str(Path(sys.executable).parent)
+        self.env = {**os.environ, **FAST, "COLLOC_SERVER": self.url,
+                    "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")])}
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 (owned by the process)
+        return subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=self.env,
+                                stdout=log, stderr=subprocess.STDOUT)
+
+    def start_server(self) -> None:
+        self.server = self._spawn("server", "server", "--port", str(self.port),
+                                  "--db", self.database_url)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.server.poll() is None, self.log("server")
+            try:
+                if self.http.get("/healthz").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError("server did not start:\n" + self.log("server"))
+
+    def kill_server(self) -> None:
+        assert self.server is not None
+        self.server.send_signal(signal.SIGKILL)
+        self.server.wait(timeout=30)
+
+    def start_agents(self) -> None:
+        for node in CLUSTER["nodes"]:
+            name = str(node["name"])
+            self.agents.append(self._spawn(
+                f"agent-{name}", "agent", "--simulate", str(self.cluster_file), "--node", name,
+                "--sim-state", str(self.root / "sim"), "--logs-dir", str(self.root / "logs"),
+                "--kill-grace", "2",
+            ))
+
+    def stop(self) -> None:
+        for process in [*self.agents, self.server]:
+            if process is not None and process.poll() is None:
+                process.terminate()
+        for process in [*self.agents, self.server]:
+            if process is not None:
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        self.http.close()
+
+    def log(self, name: str) -> str:
+        path = self.root / f"{name}.log"
+        return path.read_text(errors="replace")[-5000:] if path.exists() else ""
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "service.cli", *args], env=self.env,
+                              capture_output=True, text=True, timeout=60)
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        result: dict[str, Any] = self.http.get(f"/v1/jobs/{job_id}").json()
+        return result
+
+    def wait_for(self, job_id: int, states: set[str], timeout_s: float = 60) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                job = self.job(job_id)
+                if job["state"] in states:
+                    return job
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(
+            f"job {job_id} not in {states}: {self.job(job_id)}\n" + self.log("server")
+            + "".join(self.log(f"agent-{n['name']}") for n in CLUSTER["nodes"])
+        )
+
+    def gpu_used_mib(self) -> dict[str, int]:
+        """What the simulated GPUs hold right now, from their shared state files."""
+        used = {}
+        for path in (self.root / "sim").glob("GPU-*.json"):
+            state = yaml.safe_load(path.read_text())
+            used[state["uuid"]] = sum(p["mib"] for p in state["processes"].values())
+        return used
