@@ -1,0 +1,59 @@
+"""`colloc up` (what `make run` starts): scheduler plus an agent per packaged node."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.e2e.harness import FAST, free_port
+
+
+def test_up_serves_the_packaged_cluster_runs_a_job_and_stops(tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    up = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "up", "--port", str(port),
+         "--data-dir", str(tmp_path / "data")],
+        env={**os.environ, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        assert up.stdout is not None
+        banner = ""
+        while "Press Ctrl-C" not in banner:
+            line = up.stdout.readline()
+            assert line, "colloc up ended before it was ready"
+            banner += line
+        assert f"{url}/v1" in banner and "dashboard" in banner and "colloc submit" in banner
+
+        deadline = time.monotonic() + 30
+        while True:
+            nodes = httpx.get(f"{url}/v1/admin/cluster").json()["nodes"]
+            if len(nodes) == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        models = {gpu["model"] for node in nodes for gpu in node["gpus"]}
+        assert len(nodes) >= 2 and len(models) >= 2
+        assert (tmp_path / "data" / "colloc.db").exists()
+
+        job = httpx.post(f"{url}/v1/jobs", json={
+            "name": "hello", "memory_mib": 2000,
+            "command": ["colloc", "simjob", "--peak-mib", "1500", "--seconds", "1"],
+        }).json()
+        deadline = time.monotonic() + 60
+        while httpx.get(f"{url}/v1/jobs/{job['id']}").json()["state"] != "succeeded":
+            assert time.monotonic() < deadline, "the job did not succeed"
+            time.sleep(0.2)
+    finally:
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=60) == 0
+    try:
+        httpx.get(f"{url}/healthz", timeout=2)
+        raise AssertionError("the server still answers after colloc up stopped")
+    except httpx.HTTPError:
+        pass
