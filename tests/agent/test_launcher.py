@@ -14,8 +14,14 @@ from agent.outcome import classify
 
 def start(tmp_path: Path, code: str, **env: str) -> JobProcess:
     return launch(
-        job_id=7, attempt=2, command=[sys.executable, "-c", code], env=env, workdir=str(tmp_path),
-        gpu_uuids=["GPU-a", "GPU-b"], logs_dir=tmp_path / "logs", extra_env={"SIM": "1"},
+        job_id=7,
+        attempt=2,
+        command=[sys.executable, "-c", code],
+        env=env,
+        workdir=str(tmp_path),
+        gpu_uuids=["GPU-a", "GPU-b"],
+        logs_dir=tmp_path / "logs",
+        extra_env={"SIM": "1"},
     )
 
 
@@ -28,8 +34,10 @@ def wait(job: JobProcess, timeout_s: float = 20) -> None:
 
 
 def test_job_sees_its_gpus_env_and_workdir(tmp_path: Path) -> None:
-    code = ("import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['MINE'], "
-            "os.environ['SIM'], os.environ['COLLOC_JOB_ID'], os.getcwd())")
+    code = (
+        "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['MINE'], "
+        "os.environ['SIM'], os.environ['COLLOC_JOB_ID'], os.getcwd())"
+    )
     job = start(tmp_path, code, MINE="yes")
     wait(job)
     assert job.outcome == "succeeded" and job.exit_code == 0
@@ -39,8 +47,16 @@ def test_job_sees_its_gpus_env_and_workdir(tmp_path: Path) -> None:
 
 
 def test_missing_command_is_a_failed_exit(tmp_path: Path) -> None:
-    job = launch(job_id=1, attempt=1, command=["/no/such/binary"], env={}, workdir=None,
-                 gpu_uuids=["GPU-a"], logs_dir=tmp_path, extra_env={})
+    job = launch(
+        job_id=1,
+        attempt=1,
+        command=["/no/such/binary"],
+        env={},
+        workdir=None,
+        gpu_uuids=["GPU-a"],
+        logs_dir=tmp_path,
+        extra_env={},
+    )
     assert poll(job) and job.outcome == "failed" and job.exit_code == 127
     assert "cannot start" in (job.reason or "")
 
@@ -76,8 +92,12 @@ def test_cancel_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -> None
         (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", False, "oom"),
         (1, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", False, "oom"),
         (1, "tensorflow...ResourceExhaustedError: OOM when allocating tensor", False, "oom"),
-        (1, "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory", False,
-         "oom"),
+        (
+            1,
+            "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory",
+            False,
+            "oom",
+        ),
         (1, "ValueError: bad config", False, "failed"),
         (-9, "", False, "failed"),
         (-15, "", True, "cancelled"),

@@ -21,9 +21,7 @@ from agent.simjob import SimjobError, parse_peaks
 
 
 def node() -> SimulatedNode:
-    (nodes_spec,) = parse_cluster(
-        {"nodes": [{"name": "n", "gpus": [{"model": "T4", "count": 2}]}]}
-    )
+    (nodes_spec,) = parse_cluster({"nodes": [{"name": "n", "gpus": [{"model": "T4", "count": 2}]}]})
     return nodes_spec
 
 
@@ -31,7 +29,10 @@ def simjob(state: Path, uuids: list[str], *args: str) -> subprocess.CompletedPro
     env = {**os.environ, STATE_ENV: str(state), "CUDA_VISIBLE_DEVICES": ",".join(uuids)}
     return subprocess.run(
         [sys.executable, "-m", "service.cli", "simjob", *args],
-        env=env, capture_output=True, text=True, timeout=60,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -86,8 +87,7 @@ def test_backend_samples_what_simjobs_hold(tmp_path: Path) -> None:
     backend = SimulatedBackend(node(), tmp_path)
     first, second = backend.devices()
     job = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "simjob", "--peak-mib", "T4=3000",
-         "--seconds", "30"],
+        [sys.executable, "-m", "service.cli", "simjob", "--peak-mib", "T4=3000", "--seconds", "30"],
         env={**os.environ, **backend.job_environment(), "CUDA_VISIBLE_DEVICES": first.uuid},
     )
     try:
@@ -108,8 +108,9 @@ def test_backend_samples_what_simjobs_hold(tmp_path: Path) -> None:
 def test_simjob_dies_like_a_pytorch_cuda_oom(tmp_path: Path) -> None:
     backend = SimulatedBackend(node(), tmp_path)
     gpu = backend.devices()[0]
-    result = simjob(tmp_path, [gpu.uuid], "--peak-mib", "20000", "--seconds", "1",
-                    "--ramp-seconds", "0.5")
+    result = simjob(
+        tmp_path, [gpu.uuid], "--peak-mib", "20000", "--seconds", "1", "--ramp-seconds", "0.5"
+    )
     assert result.returncode == 1
     assert "torch.OutOfMemoryError: CUDA out of memory." in result.stderr
     assert "GPU 0 has a total capacity of 15.00 GiB" in result.stderr

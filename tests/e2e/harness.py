@@ -45,17 +45,26 @@ class LocalColloc:
         self.agents: list[subprocess.Popen[bytes]] = []
         self.http = httpx.Client(base_url=self.url, timeout=10)
         scripts = str(Path(sys.executable).parent)
-        self.env = {**os.environ, **FAST, "COLLOC_SERVER": self.url,
-                    "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")])}
+        self.env = {
+            **os.environ,
+            **FAST,
+            "COLLOC_SERVER": self.url,
+            "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
+        }
 
     def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 (owned by the process)
-        return subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=self.env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "service.cli", *args],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
     def start_server(self) -> None:
-        self.server = self._spawn("server", "server", "--port", str(self.port),
-                                  "--db", self.database_url)
+        self.server = self._spawn(
+            "server", "server", "--port", str(self.port), "--db", self.database_url
+        )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.server.poll() is None, self.log("server")
@@ -75,11 +84,22 @@ class LocalColloc:
     def start_agents(self) -> None:
         for node in CLUSTER["nodes"]:
             name = str(node["name"])
-            self.agents.append(self._spawn(
-                f"agent-{name}", "agent", "--simulate", str(self.cluster_file), "--node", name,
-                "--sim-state", str(self.root / "sim"), "--logs-dir", str(self.root / "logs"),
-                "--kill-grace", "2",
-            ))
+            self.agents.append(
+                self._spawn(
+                    f"agent-{name}",
+                    "agent",
+                    "--simulate",
+                    str(self.cluster_file),
+                    "--node",
+                    name,
+                    "--sim-state",
+                    str(self.root / "sim"),
+                    "--logs-dir",
+                    str(self.root / "logs"),
+                    "--kill-grace",
+                    "2",
+                )
+            )
 
     def stop(self) -> None:
         for process in [*self.agents, self.server]:
@@ -98,8 +118,13 @@ class LocalColloc:
         return path.read_text(errors="replace")[-5000:] if path.exists() else ""
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "service.cli", *args], env=self.env,
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "service.cli", *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     def job(self, job_id: int) -> dict[str, Any]:
         result: dict[str, Any] = self.http.get(f"/v1/jobs/{job_id}").json()
@@ -116,7 +141,8 @@ class LocalColloc:
                 pass
             time.sleep(0.2)
         raise AssertionError(
-            f"job {job_id} not in {states}: {self.job(job_id)}\n" + self.log("server")
+            f"job {job_id} not in {states}: {self.job(job_id)}\n"
+            + self.log("server")
             + "".join(self.log(f"agent-{n['name']}") for n in CLUSTER["nodes"])
         )
 

@@ -28,8 +28,16 @@ def colloc(tmp_path: Path, database_url: str) -> Iterator[LocalColloc]:
 
 
 def simjob(peak: str, seconds: float, ramp: float = 0.5) -> list[str]:
-    return ["colloc", "simjob", "--peak-mib", peak, "--seconds", str(seconds),
-            "--ramp-seconds", str(ramp)]
+    return [
+        "colloc",
+        "simjob",
+        "--peak-mib",
+        peak,
+        "--seconds",
+        str(seconds),
+        "--ramp-seconds",
+        str(ramp),
+    ]
 
 
 def submit_file(colloc: LocalColloc, spec: dict[str, Any]) -> int:
@@ -49,17 +57,40 @@ def submit_http(colloc: LocalColloc, spec: dict[str, Any]) -> int:
 def test_jobs_run_collocate_oom_cancel_and_survive_a_server_restart(
     colloc: LocalColloc,
 ) -> None:
-    env_probe = submit_file(colloc, {
-        "name": "env-probe", "memory_mib": 1000, "workdir": str(colloc.root),
-        "command": ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES > visible.txt"],
-    })
-    small = [submit_file(colloc, {"name": f"small-{i}", "memory_mib": 5000,
-                                  "gpu_models": ["A100-40GB"], "command": simjob("4000", 3)})
-             for i in range(2)]
-    gang = submit_http(colloc, {"name": "gang", "gpus": 2, "memory_mib": 3000,
-                                "command": simjob("T4=2500", 2)})
-    oom = submit_http(colloc, {"name": "underclaimed", "memory_mib": 8000, "max_attempts": 1,
-                               "gpu_models": ["T4"], "command": simjob("20000", 5, ramp=1)})
+    env_probe = submit_file(
+        colloc,
+        {
+            "name": "env-probe",
+            "memory_mib": 1000,
+            "workdir": str(colloc.root),
+            "command": ["sh", "-c", "echo $CUDA_VISIBLE_DEVICES > visible.txt"],
+        },
+    )
+    small = [
+        submit_file(
+            colloc,
+            {
+                "name": f"small-{i}",
+                "memory_mib": 5000,
+                "gpu_models": ["A100-40GB"],
+                "command": simjob("4000", 3),
+            },
+        )
+        for i in range(2)
+    ]
+    gang = submit_http(
+        colloc, {"name": "gang", "gpus": 2, "memory_mib": 3000, "command": simjob("T4=2500", 2)}
+    )
+    oom = submit_http(
+        colloc,
+        {
+            "name": "underclaimed",
+            "memory_mib": 8000,
+            "max_attempts": 1,
+            "gpu_models": ["T4"],
+            "command": simjob("20000", 5, ramp=1),
+        },
+    )
 
     probe = colloc.wait_for(env_probe, FINAL)
     assert probe["state"] == "succeeded"
@@ -88,16 +119,18 @@ def test_jobs_run_collocate_oom_cancel_and_survive_a_server_restart(
     assert "CUDA out of memory" in failed["attempts"][0]["reason"]
 
     # cancel a running job: its process group is stopped and its memory freed
-    doomed = submit_http(colloc, {"name": "doomed", "memory_mib": 2000,
-                                  "command": simjob("1500", 120)})
+    doomed = submit_http(
+        colloc, {"name": "doomed", "memory_mib": 2000, "command": simjob("1500", 120)}
+    )
     colloc.wait_for(doomed, {"running"})
     result = colloc.cli("cancel", str(doomed))
     assert result.returncode == 0 and "cancel" in result.stdout
     assert colloc.wait_for(doomed, FINAL)["state"] == "cancelled"
 
     # the server dies while a job runs; the job finishes and nothing is lost
-    survivor = submit_http(colloc, {"name": "survivor", "memory_mib": 2000,
-                                    "command": simjob("1000", 4)})
+    survivor = submit_http(
+        colloc, {"name": "survivor", "memory_mib": 2000, "command": simjob("1000", 4)}
+    )
     colloc.wait_for(survivor, {"running"})
     before = colloc.http.get("/v1/jobs").json()["total"]
     colloc.kill_server()

@@ -18,9 +18,20 @@ def test_up_serves_the_packaged_cluster_runs_a_job_and_stops(tmp_path: Path) -> 
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     up = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "up", "--port", str(port),
-         "--data-dir", str(tmp_path / "data")],
-        env={**os.environ, **FAST}, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-m",
+            "service.cli",
+            "up",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        env={**os.environ, **FAST},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
     )
     try:
         assert up.stdout is not None
@@ -41,10 +52,14 @@ def test_up_serves_the_packaged_cluster_runs_a_job_and_stops(tmp_path: Path) -> 
         assert len(nodes) >= 2 and len(models) >= 2
         assert (tmp_path / "data" / "colloc.db").exists()
 
-        job = httpx.post(f"{url}/v1/jobs", json={
-            "name": "hello", "memory_mib": 2000,
-            "command": ["colloc", "simjob", "--peak-mib", "1500", "--seconds", "1"],
-        }).json()
+        job = httpx.post(
+            f"{url}/v1/jobs",
+            json={
+                "name": "hello",
+                "memory_mib": 2000,
+                "command": ["colloc", "simjob", "--peak-mib", "1500", "--seconds", "1"],
+            },
+        ).json()
         deadline = time.monotonic() + 60
         while httpx.get(f"{url}/v1/jobs/{job['id']}").json()["state"] != "succeeded":
             assert time.monotonic() < deadline, "the job did not succeed"

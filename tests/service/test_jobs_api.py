@@ -107,7 +107,14 @@ def test_health_dashboard_and_openapi(client: TestClient) -> None:
     assert client.get("/healthz").json()["status"] == "ok"
     assert "Colloc" in client.get("/").text
     paths = client.get("/openapi.json").json()["paths"]
-    for path in ("/v1/jobs", "/v1/jobs/{job_id}", "/v1/jobs/{job_id}/cancel",
-                 "/v1/nodes/register", "/v1/nodes/{node_id}/heartbeat",
-                 "/v1/admin/cluster", "/v1/admin/jobs", "/v1/admin/events"):
+    for path in (
+        "/v1/jobs",
+        "/v1/jobs/{job_id}",
+        "/v1/jobs/{job_id}/cancel",
+        "/v1/nodes/register",
+        "/v1/nodes/{node_id}/heartbeat",
+        "/v1/admin/cluster",
+        "/v1/admin/jobs",
+        "/v1/admin/events",
+    ):
         assert path in paths

@@ -18,8 +18,13 @@ def cycle(client: TestClient) -> None:
         run_cycle(session)
 
 
-def beat(client: TestClient, node_id: int, attempts: list[dict[str, Any]] | None = None,
-         used: int = 0, status: int = 200) -> dict[str, Any]:
+def beat(
+    client: TestClient,
+    node_id: int,
+    attempts: list[dict[str, Any]] | None = None,
+    used: int = 0,
+    status: int = 200,
+) -> dict[str, Any]:
     body = {"gpus": [{"uuid": GPU0, "memory_used_mib": used}], "attempts": attempts or []}
     response = client.post(f"/v1/nodes/{node_id}/heartbeat", json=body)
     assert response.status_code == status, response.text
@@ -28,14 +33,25 @@ def beat(client: TestClient, node_id: int, attempts: list[dict[str, Any]] | None
 
 
 def running(job_id: int, attempt: int = 1, peak: int | None = None) -> dict[str, Any]:
-    return {"job_id": job_id, "attempt": attempt, "state": "running",
-            "peak_mib_by_gpu": {GPU0: peak} if peak else {}}
+    return {
+        "job_id": job_id,
+        "attempt": attempt,
+        "state": "running",
+        "peak_mib_by_gpu": {GPU0: peak} if peak else {},
+    }
 
 
-def exited(job_id: int, attempt: int = 1, code: int = 0, outcome: str | None = None,
-           peak: int = 1000) -> dict[str, Any]:
-    return {"job_id": job_id, "attempt": attempt, "state": "exited", "exit_code": code,
-            "outcome": outcome, "peak_mib_by_gpu": {GPU0: peak}}
+def exited(
+    job_id: int, attempt: int = 1, code: int = 0, outcome: str | None = None, peak: int = 1000
+) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "attempt": attempt,
+        "state": "exited",
+        "exit_code": code,
+        "outcome": outcome,
+        "peak_mib_by_gpu": {GPU0: peak},
+    }
 
 
 def job_of(client: TestClient, job_id: int) -> dict[str, Any]:
@@ -49,9 +65,15 @@ def test_placed_run_and_succeed(client: TestClient) -> None:
     cycle(client)
     assert job_of(client, job["id"])["state"] == "placed"
     (assignment,) = beat(client, node)["assignments"]
-    assert assignment == {"job_id": job["id"], "attempt": 1, "command": ["python", "train.py"],
-                          "env": {"X": "1"}, "workdir": None, "gpu_uuids": [GPU0],
-                          "reserved_mib": 5000}
+    assert assignment == {
+        "job_id": job["id"],
+        "attempt": 1,
+        "command": ["python", "train.py"],
+        "env": {"X": "1"},
+        "workdir": None,
+        "gpu_uuids": [GPU0],
+        "reserved_mib": 5000,
+    }
     reply = beat(client, node, [running(job["id"], peak=3000)], used=3000)
     assert reply["assignments"] == []
     shown = job_of(client, job["id"])
@@ -63,8 +85,10 @@ def test_placed_run_and_succeed(client: TestClient) -> None:
     assert shown["attempts"][0]["peak_mib"] == 4200 and shown["finished_at"]
     cluster = client.get("/v1/admin/cluster").json()
     assert cluster["nodes"][0]["gpus"][0]["memory_reserved_mib"] == 0
-    kinds = [e["kind"] for e in client.get("/v1/admin/events",
-                                           params={"job_id": job["id"]}).json()["events"]]
+    kinds = [
+        e["kind"]
+        for e in client.get("/v1/admin/events", params={"job_id": job["id"]}).json()["events"]
+    ]
     assert kinds == ["job.submitted", "job.placed", "job.running", "job.succeeded"]
     # a repeated exit report (lost acknowledgement) changes nothing
     assert beat(client, node, [exited(job["id"], peak=9999)])["acknowledged"]
@@ -158,9 +182,11 @@ def test_bad_heartbeats_change_nothing(client: TestClient) -> None:
 def test_reregistration_keeps_the_node_and_a_foreign_gpu_is_refused(client: TestClient) -> None:
     first = register_node(client, "n1", [("Tesla T4", 15360)])
     assert register_node(client, "n1", [("Tesla T4", 15360)]) == first
-    stolen = {"name": "n9", "agent_version": "t",
-              "gpus": [{"uuid": GPU0, "index": 0, "model": "Tesla T4",
-                        "memory_total_mib": 15360}]}
+    stolen = {
+        "name": "n9",
+        "agent_version": "t",
+        "gpus": [{"uuid": GPU0, "index": 0, "model": "Tesla T4", "memory_total_mib": 15360}],
+    }
     response = client.post("/v1/nodes/register", json=stolen)
     assert response.status_code == 409
     assert [n["name"] for n in client.get("/v1/admin/cluster").json()["nodes"]] == ["n1"]
