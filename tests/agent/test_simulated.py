@@ -133,3 +133,23 @@ def test_simjob_peaks_per_model_and_gang(tmp_path: Path) -> None:
 def test_bad_peaks_are_refused(text: str) -> None:
     with pytest.raises(SimjobError):
         parse_peaks(text)
+
+
+def test_concurrent_simjobs_never_overfill_a_gpu(tmp_path: Path) -> None:
+    store = SimulatedGpuStore(tmp_path)
+    store.create(GpuDevice(0, "GPU-shared", "Tesla T4", 10000))
+    env = {**os.environ, STATE_ENV: str(tmp_path), "CUDA_VISIBLE_DEVICES": "GPU-shared"}
+    jobs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "simjob", "--peak-mib", "3000", "--seconds", "8"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    results = [(job.wait(timeout=60), job.stderr.read() if job.stderr else "") for job in jobs]
+    assert sorted(code for code, _ in results) == [0, 0, 0, 1, 1, 1]
+    assert all("CUDA out of memory" in err for code, err in results if code == 1)
+    assert store.read("GPU-shared")["processes"] == {}
