@@ -8,12 +8,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy import text
 
+from estimator.estimate import default_estimator
 from service.admin.router import router as admin_router
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
 from service.db import make_engine, make_sessionmaker, upgrade
 from service.deps import SessionDep
 from service.errors import install_error_handlers
+from service.estimates.router import router as estimates_router
 from service.jobs.router import router as jobs_router
 from service.nodes.router import router as nodes_router
 from service.scheduler.cycle import SchedulerLoop
@@ -43,8 +45,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Colloc", version=VERSION, lifespan=lifespan)
     app.state.settings = settings
     app.state.sessions = sessions
+    app.state.estimator = default_estimator()
     install_error_handlers(app)
-    for router in (jobs_router, nodes_router, admin_router):
+    for router in (jobs_router, nodes_router, admin_router, estimates_router):
         app.include_router(router, prefix="/v1")
     app.include_router(dashboard_router)
 

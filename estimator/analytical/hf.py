@@ -1,0 +1,59 @@
+"""Transformer dimensions from a Hugging Face `config.json`.
+
+Key names differ by family (BERT `num_hidden_layers`, GPT-2 `n_layer`, T5 `num_layers`
+plus `num_decoder_layers`, ...); the first present alias wins. Encoder-decoder models
+count encoder and decoder blocks together (cross-attention is not counted separately).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from estimator.spec import TransformerDims
+
+_ALIASES = {
+    "layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "hidden": ("hidden_size", "n_embd", "d_model", "dim"),
+    "heads": ("num_attention_heads", "n_head", "num_heads", "n_heads"),
+    "ffn_hidden": ("intermediate_size", "n_inner", "d_ff", "d_inner", "ffn_dim", "hidden_dim"),
+    "vocab": ("vocab_size",),
+    "kv_heads": ("num_key_value_heads", "n_kv_heads"),
+}
+_GATED = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2"}
+_NO_DROPOUT = {"llama", "mistral", "mixtral", "qwen2", "qwen3", "gemma", "gemma2", "gpt_neox"}
+_LEARNED_POSITIONS = ("max_position_embeddings", "n_positions")
+
+
+def _first(config: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        if config.get(key) is not None:
+            return config[key]
+    return None
+
+
+def dims_from_hf_config(config: dict[str, Any]) -> TransformerDims:
+    """TransformerDims for a config; ValueError names the missing keys."""
+    values = {field: _first(config, keys) for field, keys in _ALIASES.items()}
+    missing = [
+        f"{field} ({' / '.join(_ALIASES[field])})"
+        for field in ("layers", "hidden", "heads")
+        if values[field] is None
+    ]
+    if missing:
+        raise ValueError(f"hf_config lacks {', '.join(missing)}")
+    model_type = str(config.get("model_type", "")).lower()
+    layers = int(values["layers"]) + int(config.get("num_decoder_layers") or 0)
+    rotary = model_type in _NO_DROPOUT or model_type in ("t5", "xlnet")
+    positions = 0 if rotary else int(_first(config, _LEARNED_POSITIONS) or 0)
+    return TransformerDims(
+        layers=layers,
+        hidden=int(values["hidden"]),
+        heads=int(values["heads"]),
+        ffn_hidden=int(values["ffn_hidden"]) if values["ffn_hidden"] else None,
+        vocab=int(values["vocab"] or 32000),
+        kv_heads=int(values["kv_heads"]) if values["kv_heads"] else None,
+        gated_mlp=model_type in _GATED or bool(config.get("is_gated_act")),
+        tied_embeddings=bool(config.get("tie_word_embeddings", True)),
+        dropout=model_type not in _NO_DROPOUT,
+        learned_positions=positions,
+    )

@@ -1,0 +1,263 @@
+"""The analytical estimate: peak device memory of one training process, by term.
+
+Peak = weights + gradients + optimizer state + the larger of (activations while
+backward starts, optimizer-step temporaries) + CUDA context + caching-allocator slack.
+Counting all gradients beside all activations is deliberately pessimistic: backward
+frees activations as it creates gradients, and the learned part corrects the excess.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from estimator.analytical.context import context_mib
+from estimator.analytical.hf import dims_from_hf_config
+from estimator.analytical.precision import (
+    adafactor_state_elements,
+    optimizer_state_bytes,
+    optimizer_step_temp_bytes,
+    state_bytes,
+)
+from estimator.analytical.transformer import (
+    layer_params,
+    total_params,
+    transformer_memory,
+)
+from estimator.catalog import UnknownModelError, lookup
+from estimator.gpus import GpuModel
+from estimator.spec import TrainingSpec, TransformerDims
+
+MIB = 1024 * 1024
+
+# PyTorch's caching allocator rounds requests into 2 MiB / 20 MiB segments and keeps
+# freed blocks cached (c10/cuda/CUDACachingAllocator.cpp: kSmallBuffer, kLargeBuffer,
+# kRoundLarge); across a training step reserved memory typically runs ~10% above
+# allocated memory for the short-lived tensors (PyTorch docs, "CUDA semantics: memory
+# management").
+ALLOCATOR_FRACTION = 0.10
+
+
+class SpecError(ValueError):
+    """A spec the estimator cannot work with; `problems` lists each reason."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the physics needs to know of a model, however it was named."""
+
+    name: str
+    params: int
+    matrices: int
+    dims: TransformerDims | None = None  # transformers
+    activations_per_sample: float = 0.0  # other models: saved elements at reference input
+    largest_activation_per_sample: float = 0.0  # the biggest of those tensors
+    reference_size: int = 0
+    activation_exponent: float = 1.0
+    layer_count: int = 1
+    layers: dict[str, int] = field(default_factory=dict)  # layer kind -> count
+
+
+def _transformer_shape(name: str, params: int, dims: TransformerDims) -> ModelShape:
+    layers = {
+        "linear": dims.layers * (7 if dims.gated_mlp else 6) + 1,
+        "layernorm": 2 * dims.layers + 1,
+        "attention": dims.layers,
+        "embedding": 1,
+    }
+    return ModelShape(
+        name, params, layers["linear"], dims=dims, layer_count=dims.layers, layers=layers
+    )
+
+
+def resolve(spec: TrainingSpec) -> ModelShape:
+    """The model of `spec`, however it is named; SpecError if it cannot be found."""
+    ref = spec.model
+    if ref.transformer is not None:
+        dims = ref.transformer
+        return _transformer_shape("transformer", total_params(dims), dims)
+    if ref.hf_config is not None:
+        try:
+            dims = dims_from_hf_config(ref.hf_config)
+        except ValueError as exc:
+            raise SpecError([f"model.hf_config: {exc}"]) from exc
+        return _transformer_shape("hf_config", total_params(dims), dims)
+    if ref.summary is not None:
+        summary = ref.summary
+        layers = sum(summary.layers.values()) or 1
+        return ModelShape(
+            "summary",
+            summary.params,
+            layers,
+            None,
+            float(summary.activations_per_sample),
+            float(summary.largest_activation_per_sample),
+            layer_count=layers,
+            layers=dict(summary.layers),
+        )
+    assert ref.catalog is not None
+    try:
+        entry = lookup(ref.catalog)
+    except UnknownModelError as exc:
+        raise SpecError([f"model.catalog: {exc}"]) from exc
+    if entry.hf_config is not None:
+        return _transformer_shape(
+            entry.qualified_name, entry.params, dims_from_hf_config(entry.hf_config)
+        )
+    layers = sum(n for kind, n in entry.layers.items() if kind in ("conv2d", "linear")) or 1
+    return ModelShape(
+        entry.qualified_name,
+        entry.params,
+        entry.matrices,
+        None,
+        float(entry.activations_per_sample),
+        float(entry.largest_activation_per_sample),
+        entry.reference_size,
+        entry.activation_exponent,
+        layers,
+        dict(entry.layers),
+    )
+
+
+def check(spec: TrainingSpec, shape: ModelShape) -> None:
+    """Raise SpecError listing every way `spec` does not fit its model."""
+    par = spec.parallelism
+    problems = []
+    if shape.dims is not None:
+        dims = shape.dims
+        if spec.seq_len is None:
+            problems.append("seq_len is required for transformer models")
+        if dims.heads % par.tp:
+            problems.append(f"parallelism.tp ({par.tp}) must divide heads ({dims.heads})")
+        if dims.kv != dims.heads and dims.kv % par.tp and par.tp % dims.kv:
+            problems.append(f"parallelism.tp ({par.tp}) and kv_heads ({dims.kv}) must divide")
+        if par.pp > dims.layers:
+            problems.append(f"parallelism.pp ({par.pp}) exceeds the layers ({dims.layers})")
+        if spec.seq_len is not None and spec.seq_len % par.cp:
+            problems.append(f"parallelism.cp ({par.cp}) must divide seq_len ({spec.seq_len})")
+    else:
+        splits = [f"{k}={getattr(par, k)}" for k in ("tp", "pp", "cp") if getattr(par, k) > 1]
+        if splits or par.sequence_parallel:
+            problems.append(
+                f"{', '.join(splits) or 'sequence_parallel'} needs a transformer model "
+                "(transformer dimensions, an hf_config or a Hugging Face catalog name)"
+            )
+    if par.pp == 1 and par.microbatches not in (None, 1):
+        problems.append("parallelism.microbatches needs pipeline parallelism (pp > 1)")
+    if problems:
+        raise SpecError(problems)
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    """Peak memory by term, in MiB (floats; rounded only when reported)."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    context: float
+    allocator: float
+
+    @property
+    def total(self) -> float:
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.activations
+            + self.context
+            + self.allocator
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "context": self.context,
+            "allocator": self.allocator,
+        }
+
+
+def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: float) -> float:
+    """Saved activations plus the two gradient buffers of the largest one.
+
+    While backward passes the layer with the largest saved tensor, the gradients with
+    respect to its output and input (each as large) exist beside what is still saved.
+    """
+    scale = 1.0
+    if spec.image_size is not None and shape.reference_size:
+        pixels = (spec.image_size / shape.reference_size) ** 2
+        scale = pixels**shape.activation_exponent
+    elements = shape.activations_per_sample * scale * spec.batch_size
+    if spec.activation_checkpointing == "full":
+        # checkpoint every sqrt(n)-th layer: O(sqrt(n)) memory (Chen et al. 2016,
+        # "Training Deep Nets with Sublinear Memory Cost")
+        elements *= min(1.0, 2 / math.sqrt(shape.layer_count))
+    transient = 2 * shape.largest_activation_per_sample * scale * spec.batch_size
+    return (elements + transient) * element_bytes
+
+
+def breakdown(
+    spec: TrainingSpec, gpu: GpuModel | None, shape: ModelShape | None = None
+) -> Breakdown:
+    """The analytical peak of `spec` on one GPU of model `gpu` (None: unknown model)."""
+    shape = shape or resolve(spec)
+    check(spec, shape)
+    par = spec.parallelism
+    sizes = state_bytes(spec.precision, spec.master_weights)
+    if shape.dims is not None:
+        assert spec.seq_len is not None
+        memory = transformer_memory(
+            shape.dims,
+            spec.seq_len,
+            spec.batch_size,
+            sizes.activation,
+            spec.flash_attention,
+            spec.activation_checkpointing,
+            par,
+        )
+        # the catalog's exact count (from the real module) scales the formula's split
+        params = memory.params_local * shape.params / total_params(shape.dims)
+        matrices = memory.matrices_local
+        activations = memory.activation_bytes
+        fsdp_unit = layer_params(shape.dims) / par.tp
+    else:
+        params = float(shape.params)
+        matrices = shape.matrices
+        activations = _activation_bytes(spec, shape, sizes.activation)
+        fsdp_unit = params / max(shape.layer_count, 1)
+
+    # ZeRO (Rajbhandari et al. 2020): stage 1 shards optimizer states over dp, stage 2
+    # gradients too, stage 3 (= FSDP) the parameters, gathering a unit at a time (and
+    # prefetching the next one).
+    dp, stage = par.dp, par.zero_stage
+    shard_o = dp if stage >= 1 else 1
+    shard_g = dp if stage >= 2 else 1
+    shard_w = dp if stage >= 3 else 1
+    weights = params * sizes.weights / shard_w + params * sizes.autocast_cache
+    if stage >= 3 and dp > 1:
+        weights += 2 * fsdp_unit * sizes.weights
+    gradients = params * sizes.gradients / shard_g
+    state = optimizer_state_bytes(spec.optimizer, spec.precision, spec.master_weights)
+    optimizer = params * (state + sizes.master) / shard_o
+    if spec.optimizer == "adafactor":
+        optimizer += adafactor_state_elements(int(params), matrices) * 4 / shard_o
+    step_temp = params * optimizer_step_temp_bytes(spec.optimizer) / shard_o
+    dynamic = max(activations, step_temp)
+    allocator = ALLOCATOR_FRACTION * (dynamic + gradients)
+    communicates = par.dp * par.tp * par.pp * par.cp > 1
+    return Breakdown(
+        weights=weights / MIB,
+        gradients=gradients / MIB,
+        optimizer=optimizer / MIB,
+        activations=dynamic / MIB,
+        context=float(context_mib(gpu, communicates)),
+        allocator=allocator / MIB,
+    )

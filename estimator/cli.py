@@ -1,0 +1,115 @@
+"""`colloc estimate` and `colloc estimator train`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from estimator.analytical.model import SpecError
+from estimator.estimate import default_estimator
+from estimator.gpus import GPU_MODELS, find_gpu_model
+from estimator.learned import artifact, measurements
+from estimator.spec import TrainingSpec, validation_problems
+
+
+def _fail(message: str) -> int:
+    print(f"colloc: error: {message}", file=sys.stderr)
+    return 2
+
+
+def load_specs(path: Path) -> list[TrainingSpec]:
+    """One TrainingSpec or a list (a job spec's `training:` is taken too); ValueError."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path} is not valid YAML or JSON: {exc}") from exc
+    items: list[Any] = data if isinstance(data, list) else [data]
+    specs: list[TrainingSpec] = []
+    problems: list[str] = []
+    for number, item in enumerate(items, 1):
+        if isinstance(item, dict) and "training" in item:
+            item = item["training"]
+        try:
+            specs.append(TrainingSpec.model_validate(item))
+        except ValidationError as exc:
+            where = f"spec {number}: " if len(items) > 1 else ""
+            problems.extend(f"{where}{p}" for p in validation_problems(exc))
+    if problems:
+        raise ValueError("invalid training spec:\n  " + "\n  ".join(problems))
+    return specs
+
+
+def run_estimate(args: argparse.Namespace) -> int:
+    if args.gpu is not None and find_gpu_model(args.gpu) is None:
+        known = ", ".join(m.name for m in GPU_MODELS)
+        return _fail(f"unknown GPU model {args.gpu!r}; known: {known}")
+    try:
+        specs = load_specs(args.file)
+    except ValueError as exc:
+        return _fail(str(exc))
+    gpus = [args.gpu] if args.gpu else [m.name for m in GPU_MODELS]
+    estimator = default_estimator()
+    for number, spec in enumerate(specs, 1):
+        try:
+            estimates = [estimator.estimate(spec, gpu) for gpu in gpus]
+        except SpecError as exc:
+            return _fail(f"spec {number}: " + "; ".join(exc.problems))
+        for estimate in estimates:
+            if args.json:
+                print(json.dumps(estimate.model_dump()))
+            else:
+                print(
+                    f"spec {number}  {estimate.gpu_model:<26} peak {estimate.peak_mib:>7} MiB"
+                    f"  upper {estimate.upper_mib:>7} MiB  ({estimate.method})"
+                )
+    return 0
+
+
+def run_train(args: argparse.Namespace) -> int:
+    # imported here: scikit-learn takes a second to load, which no other command needs
+    from estimator.learned.train import table_sha256, train
+
+    rows = measurements.read(args.data)
+    trained = train(rows, data_sha256=table_sha256(args.data))
+    artifact.save(trained, args.out)
+    print(
+        f"trained {trained.version} on {trained.manifest['data']['runs_used']} runs -> {args.out}"
+    )
+    return 0
+
+
+def run_extract(args: argparse.Namespace) -> int:
+    try:
+        rows = measurements.extract(args.shared)
+    except (OSError, KeyError, ValueError) as exc:
+        return _fail(f"cannot read the measurements in {args.shared}: {exc}")
+    measurements.write(rows, args.out)
+    print(f"{len(rows)} measurements written to {args.out}")
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    estimate = commands.add_parser("estimate", help="offline peak-memory estimate")
+    estimate.add_argument("file", type=Path, help="one TrainingSpec or a list (YAML/JSON)")
+    estimate.add_argument("--gpu", help="one GPU model (default: every known model)")
+    estimate.add_argument("--json", action="store_true", help="one Estimate object per line")
+    estimate.set_defaults(run=run_estimate)
+
+    estimator = commands.add_parser("estimator", help="estimator maintenance")
+    actions = estimator.add_subparsers(dest="estimator_command", required=True, metavar="ACTION")
+    trainer = actions.add_parser("train", help="retrain the calibration from measured runs")
+    trainer.add_argument("--data", type=Path, default=measurements.TABLE)
+    trainer.add_argument("--out", type=Path, default=artifact.ARTIFACT_DIR)
+    trainer.set_defaults(run=run_train)
+    extract = actions.add_parser("extract", help="rebuild the measurement table from the data")
+    extract.add_argument("shared", type=Path, help="the shared data folder (../shared/data)")
+    extract.add_argument("--out", type=Path, default=measurements.TABLE)
+    extract.set_defaults(run=run_extract)

@@ -1,0 +1,116 @@
+"""The Estimate contract and the Estimator that makes estimates.
+
+Three ways to an estimate, most trusted first: the exact history of the same spec on
+the same GPU model; the analytical model corrected by the learned calibration, where
+the spec lies in the calibration's domain; the analytical model alone, with the margin
+it needed on the measured runs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cache
+
+import numpy as np
+from pydantic import BaseModel
+
+from estimator.analytical.model import Breakdown, breakdown, resolve
+from estimator.gpus import find_gpu_model
+from estimator.history import HISTORY_MARGIN, ObservationHistory
+from estimator.learned.artifact import Artifact, load
+from estimator.learned.features import features, model_kind
+from estimator.learned.measurements import Measurement, observation
+from estimator.spec import TrainingSpec
+
+ANALYTICAL_VERSION = "analytical"
+
+
+class Estimate(BaseModel):
+    gpu_model: str
+    peak_mib: int
+    upper_mib: int
+    coverage: float
+    method: str
+    breakdown_mib: dict[str, int]
+    model_version: str
+
+
+def in_domain(spec: TrainingSpec, kind: str, domain: dict[str, list[str]]) -> bool:
+    """Whether the calibration has seen jobs like this one: a calibrated model kind, a
+    precision it was trained on, and a single-GPU memory layout."""
+    par = spec.parallelism
+    single = par.tp == par.pp == par.cp == 1 and par.zero_stage == 0
+    return single and kind in domain["kinds"] and spec.precision in domain["precisions"]
+
+
+def _scaled(terms: Breakdown, peak: float) -> dict[str, int]:
+    """The breakdown with the non-context terms scaled so that it sums to `peak`."""
+    parts = terms.as_dict()
+    dynamic = terms.total - terms.context
+    factor = (peak - terms.context) / dynamic if dynamic > 0 else 1.0
+    scaled = {k: v if k == "context" else v * max(factor, 0.0) for k, v in parts.items()}
+    rounded = {k: round(v) for k, v in scaled.items()}
+    rounded["allocator"] += round(peak) - sum(rounded.values())
+    return rounded
+
+
+@dataclass
+class Estimator:
+    """Makes estimates; holds the calibration artifact and the observed history."""
+
+    artifact: Artifact | None
+    history: ObservationHistory = field(default_factory=ObservationHistory)
+    observations: list[Measurement] = field(default_factory=list)
+
+    @property
+    def coverage(self) -> float:
+        return self.artifact.calibration.coverage if self.artifact else 0.95
+
+    @property
+    def version(self) -> str:
+        return self.artifact.version if self.artifact else ANALYTICAL_VERSION
+
+    def estimate(self, spec: TrainingSpec, gpu_model: str) -> Estimate:
+        """The estimate of `spec` on one GPU of `gpu_model` (SpecError if `spec` is bad)."""
+        gpu = find_gpu_model(gpu_model)
+        name = gpu.name if gpu else gpu_model
+        shape = resolve(spec)
+        terms = breakdown(spec, gpu, shape)
+        kind = model_kind(spec, shape)
+        observed = self.history.peak_mib(spec, name)
+        if observed is not None:
+            peak, upper, method = float(observed), observed * (1 + HISTORY_MARGIN), "history"
+        elif self.artifact and in_domain(spec, kind, self.artifact.manifest["domain"]):
+            row = np.array([features(spec, shape, terms)])
+            calibration = self.artifact.calibration
+            peak = terms.total * math.exp(float(calibration.predict(row)[0]))
+            upper = terms.total * math.exp(float(calibration.predict_upper(row, kind)[0]))
+            method = "analytical+learned"
+        else:
+            margins = self.artifact.manifest["analytical_margins"] if self.artifact else {}
+            peak = terms.total
+            upper = peak * math.exp(max(0.0, margins.get(kind, 0.0)))
+            method = "analytical"
+        return Estimate(
+            gpu_model=name,
+            peak_mib=round(peak),
+            upper_mib=math.ceil(max(upper, peak)),
+            coverage=self.coverage,
+            method=method,
+            breakdown_mib=_scaled(terms, peak),
+            model_version=self.version,
+        )
+
+    def observe(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> None:
+        """Remember a peak a finished job really reached (for history and refits)."""
+        gpu = find_gpu_model(gpu_model)
+        name = gpu.name if gpu else gpu_model
+        self.history.add(spec, name, peak_mib)
+        self.observations.append(observation(spec, name, peak_mib))
+
+
+@cache
+def default_estimator() -> Estimator:
+    """The estimator with the packaged calibration artifact (loaded once)."""
+    return Estimator(artifact=load())

@@ -1,0 +1,1 @@
+"""The learned part: corrects the analytical estimate and calibrates its upper bound."""

@@ -1,0 +1,286 @@
+"""Measured peaks the learned part trains on, as a table of facts with provenance.
+
+`extract()` turns the public measurements in `../shared/data/gpumemnet` into one row
+per run: the TrainingSpec it describes, the GPU, the measured peak and, where the
+source has them, other estimators' figures. Only these numbers are kept (see
+`data/README.md`); the table is committed so training needs nothing outside the repo:
+
+    colloc estimator extract ../shared/data
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import re
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from estimator.spec import TrainingSpec
+
+TABLE = Path(__file__).with_name("data") / "measurements.csv"
+A100 = "NVIDIA A100-SXM4-40GB"
+# Runs at or above this sat at the 40 GB card's limit: "needs at least", not a peak.
+CENSORED_MIB = 39000
+# Peak memory never falls as the batch grows; a run this far below a smaller batch's
+# failed early (the same model's larger batches with it).
+FAILED_RUN_FRACTION = 0.9
+
+
+@dataclass(frozen=True)
+class Measurement:
+    source: str
+    group: str  # the architecture: grouped folds keep all its runs together
+    model: str  # JSON of the spec's `model`
+    batch_size: int
+    seq_len: int | None
+    image_size: int | None
+    precision: str
+    optimizer: str
+    gpu_model: str
+    measured_mib: int
+    censored: bool
+    flash_attention: bool = False
+    horus_mib: float | None = None
+    faketensor_mib: float | None = None
+    gpumemnet_mib: float | None = None
+    extra: str = "{}"  # JSON of the remaining TrainingSpec fields (parallelism, ...)
+
+    def spec(self) -> TrainingSpec:
+        return TrainingSpec.model_validate(
+            {
+                "model": json.loads(self.model),
+                "batch_size": self.batch_size,
+                "seq_len": self.seq_len,
+                "image_size": self.image_size,
+                "precision": self.precision,
+                "optimizer": self.optimizer,
+                "flash_attention": self.flash_attention,
+                **json.loads(self.extra),
+            }
+        )
+
+
+def observation(spec: TrainingSpec, gpu_model: str, peak_mib: int) -> Measurement:
+    """A peak observed on the cluster, as a training row grouped by its model."""
+    model = json.dumps(spec.model.model_dump(mode="json", exclude_none=True), sort_keys=True)
+    extra = spec.model_dump(
+        mode="json", include={"activation_checkpointing", "master_weights", "parallelism"}
+    )
+    return Measurement(
+        "cluster",
+        f"cluster:{model}",
+        model,
+        spec.batch_size,
+        spec.seq_len,
+        spec.image_size,
+        spec.precision,
+        spec.optimizer,
+        gpu_model,
+        peak_mib,
+        False,
+        spec.flash_attention,
+        extra=json.dumps(extra, sort_keys=True),
+    )
+
+
+def _group(name: str) -> str:
+    """Architecture family of a timm name: `beitv2_large_patch16_224` -> `beit`."""
+    head = re.match(r"[a-z]+", name.lower())
+    family = head.group(0) if head else name
+    return re.sub(r"v\d*$", "", family) or family
+
+
+def _mlp_rows(path: Path, source: str) -> list[Measurement]:
+    rows = []
+    for row in csv.DictReader(path.open(encoding="utf-8")):
+        layers = ast.literal_eval(row["Activations-Params"])
+        settings = dict(re.findall(r"(input|output|depth|arch|batch):([^_]+)", row["Filename"]))
+        widths = [int(width) for _kind, width, _params in layers]
+        summary = {
+            "params": int(row["Total Parameters"]),
+            "activations_per_sample": int(row["Total Activations"]) + int(settings["input"]),
+            "largest_activation_per_sample": max([*widths, int(settings["input"])]),
+            "layers": {"linear": sum(1 for kind, _w, _p in layers if kind == "linear")},
+        }
+        shape = "-".join(settings[key] for key in ("input", "output", "depth", "arch"))
+        group = f"{source}:{shape}"
+        rows.append(
+            Measurement(
+                source,
+                group,
+                json.dumps({"summary": summary}, sort_keys=True),
+                int(row["Batch Size"]),
+                None,
+                None,
+                "fp32",
+                "adam",
+                A100,
+                int(row["Max GPU Memory (MiB)"]),
+                False,
+            )
+        )
+    return rows
+
+
+def _timm_rows(path: Path) -> list[Measurement]:
+    """timm runs; a run that needed less than a smaller batch of the same model did
+    crashed before its peak was sampled (an OOM), and so did every larger batch."""
+    by_model: dict[str, list[dict[str, str]]] = {}
+    for row in csv.DictReader(path.open(encoding="utf-8")):
+        by_model.setdefault(row["Filename"].rsplit("_", 1)[0], []).append(row)
+    rows = []
+    for name, runs in by_model.items():
+        highest, crashed = 0, False
+        for row in sorted(runs, key=lambda r: int(r["Batch Size"])):
+            measured = int(float(row["Max GPU Memory (MiB)"]))
+            crashed = crashed or measured < FAILED_RUN_FRACTION * highest
+            highest = max(highest, measured)
+            rows.append(
+                Measurement(
+                    "timm",
+                    f"timm:{_group(name)}",
+                    json.dumps({"catalog": f"timm:{name}"}),
+                    int(row["Batch Size"]),
+                    None,
+                    None,
+                    "fp32",
+                    "adam",
+                    A100,
+                    measured,
+                    crashed or measured >= CENSORED_MIB,
+                    faketensor_mib=float(row["Last Numeric Value"]),
+                )
+            )
+    return rows
+
+
+CNN_NAMES = {
+    "vgg": "torchvision:vgg16",
+    "resnet": "torchvision:resnet50",
+    "Xception": "timm:legacy_xception",
+    "mobilenet": "torchvision:mobilenet_v2",
+    "efficientnet": "torchvision:efficientnet_b0",
+    "inception": "torchvision:inception_v3",
+}
+# real_models_estimates.csv names the same CNNs differently
+CNN_ALIASES = {
+    "vgg16": "vgg",
+    "resnet50": "resnet",
+    "Xception": "Xception",
+    "mobilenetV2": "mobilenet",
+    "efficientnet": "efficientnet",
+    "inception": "inception",
+}
+# Hugging Face transformers runs BERT and GPT-2 on PyTorch's fused SDPA attention by
+# default (no s^2 score tensors kept); XLNet's relative attention stays eager.
+SDPA_MODELS = {"BERT_base", "BERT_large", "gpt2_large", "gpt2_xl"}
+TRANSFORMER_NAMES = {
+    "BERT_base": "hf:bert-base-uncased",
+    "BERT_large": "hf:bert-large-uncased",
+    "xlnet_base": "hf:xlnet-base-cased",
+    "xlnet_large": "hf:xlnet-large-cased",
+    "gpt2_large": "hf:gpt2-large",
+    "gpt2_xl": "hf:gpt2-xl",
+}
+
+
+def _real_rows(cnns: Path, models: Path) -> list[Measurement]:
+    horus: dict[tuple[str, int], float] = {}
+    rows = []
+    name = ""
+    for row in csv.DictReader(models.open(encoding="utf-8")):
+        name = row[""] or name
+        batch = int(row["batch_size"])
+        if name in TRANSFORMER_NAMES:
+            rows.append(
+                Measurement(
+                    "transformers",
+                    name,
+                    json.dumps({"catalog": TRANSFORMER_NAMES[name]}),
+                    batch,
+                    512,
+                    None,
+                    "fp32",
+                    "adam",
+                    A100,
+                    int(row["Actual GPU memory"]),
+                    False,
+                    flash_attention=name in SDPA_MODELS,
+                    horus_mib=float(row["Horus"]),
+                    gpumemnet_mib=float(row["GPUMemNet "]),
+                )
+            )
+        else:
+            horus[(CNN_ALIASES[name], batch)] = float(row["Horus"])
+    for row in csv.DictReader(cnns.open(encoding="utf-8")):
+        cnn, batch = row["model"], int(row["batch size "])
+        rows.append(
+            Measurement(
+                "cnns",
+                cnn,
+                json.dumps({"catalog": CNN_NAMES[cnn]}),
+                batch,
+                None,
+                299 if cnn == "inception" else 224,
+                "fp32",
+                "adam",
+                A100,
+                int(row["GPU memory requirement"]),
+                False,
+                horus_mib=horus.get((cnn, batch)),
+                faketensor_mib=float(row["FakeTensor"]),
+                gpumemnet_mib=float(row["GPUMemNet Estimate"]),
+            )
+        )
+    return rows
+
+
+def extract(shared: Path) -> list[Measurement]:
+    base = shared / "gpumemnet"
+    return [
+        *_timm_rows(base / "timm_measured_fake_tensor.csv"),
+        *_mlp_rows(base / "mlp_data_step2.csv", "mlp_step2"),
+        *_mlp_rows(base / "mlp_data_step1.csv", "mlp_step1"),
+        *_real_rows(base / "real_cnns_estimates.csv", base / "real_models_estimates.csv"),
+    ]
+
+
+def write(rows: list[Measurement], path: Path = TABLE) -> None:
+    with path.open("w", encoding="utf-8", newline="") as out:
+        writer = csv.DictWriter(out, [f.name for f in fields(Measurement)], lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(asdict(row))
+
+
+def _optional(value: str, kind: type) -> Any:
+    return None if value == "" else kind(value)
+
+
+def read(path: Path = TABLE) -> list[Measurement]:
+    rows = []
+    for raw in csv.DictReader(path.open(encoding="utf-8")):
+        rows.append(
+            Measurement(
+                raw["source"],
+                raw["group"],
+                raw["model"],
+                int(raw["batch_size"]),
+                _optional(raw["seq_len"], int),
+                _optional(raw["image_size"], int),
+                raw["precision"],
+                raw["optimizer"],
+                raw["gpu_model"],
+                int(raw["measured_mib"]),
+                raw["censored"] == "True",
+                raw["flash_attention"] == "True",
+                _optional(raw["horus_mib"], float),
+                _optional(raw["faketensor_mib"], float),
+                _optional(raw["gpumemnet_mib"], float),
+                raw["extra"],
+            )
+        )
+    return rows

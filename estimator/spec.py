@@ -1,0 +1,121 @@
+"""The TrainingSpec: what the estimator reads (DESIGN.md, job spec `training:`).
+
+Validation collects every problem in a spec (not just the first) so a user can fix a
+spec in one go; pydantic reports them together.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Precision = Literal["fp32", "amp_fp16", "amp_bf16", "fp16", "bf16", "fp8"]
+Optimizer = Literal[
+    "sgd", "sgd_momentum", "adam", "adamw", "adafactor", "lion", "adagrad", "rmsprop"
+]
+Checkpointing = Literal["none", "selective", "full"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TransformerDims(Strict):
+    """A decoder- or encoder-only transformer by its dimensions."""
+
+    layers: int = Field(ge=1, le=1024)
+    hidden: int = Field(ge=1, le=1 << 17)
+    heads: int = Field(ge=1, le=4096)
+    ffn_hidden: int | None = Field(default=None, ge=1, le=1 << 20)  # default 4 * hidden
+    vocab: int = Field(default=32000, ge=1, le=1 << 22)
+    kv_heads: int | None = Field(default=None, ge=1, le=4096)  # grouped-query attention
+    gated_mlp: bool = False  # SwiGLU-style MLP (Llama, Mistral, Qwen)
+    tied_embeddings: bool = True
+    dropout: bool = True  # dropout masks are kept for backward
+    learned_positions: int = Field(default=0, ge=0, le=1 << 22)  # learned position table rows
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TransformerDims:
+        problems = []
+        if self.hidden % self.heads:
+            problems.append(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            problems.append(
+                f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+
+class LayerSummary(Strict):
+    """Any model by its parameter count and activation elements saved per sample."""
+
+    params: int = Field(ge=1, le=10**13)
+    activations_per_sample: int = Field(ge=0, le=10**13)
+    largest_activation_per_sample: int = Field(default=0, ge=0, le=10**13)
+    layers: dict[str, int] = Field(default_factory=dict, max_length=64)
+
+
+class ModelRef(Strict):
+    """Exactly one way of naming the model."""
+
+    catalog: str | None = Field(default=None, min_length=1, max_length=200)
+    transformer: TransformerDims | None = None
+    hf_config: dict[str, Any] | None = None
+    summary: LayerSummary | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelRef:
+        given = [k for k in ("catalog", "transformer", "hf_config", "summary") if getattr(self, k)]
+        if len(given) != 1:
+            raise ValueError(
+                "model needs exactly one of catalog, transformer, hf_config, summary"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        return self
+
+
+class Parallelism(Strict):
+    dp: int = Field(default=1, ge=1, le=1 << 16)
+    tp: int = Field(default=1, ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    cp: int = Field(default=1, ge=1, le=1024)
+    zero_stage: int = Field(default=0, ge=0, le=3)  # FSDP = zero_stage 3 over dp
+    pp_schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
+    microbatches: int | None = Field(default=None, ge=1, le=1 << 16)  # default: pp
+    sequence_parallel: bool = False
+
+
+class TrainingSpec(Strict):
+    model: ModelRef
+    batch_size: int = Field(ge=1, le=1 << 20)  # per-GPU micro-batch
+    seq_len: int | None = Field(default=None, ge=1, le=1 << 24)
+    image_size: int | None = Field(default=None, ge=1, le=1 << 15)
+    precision: Precision = "fp32"
+    optimizer: Optimizer = "adamw"
+    activation_checkpointing: Checkpointing = "none"
+    flash_attention: bool = False  # attention without the s^2 score tensors
+    master_weights: bool = True  # fp16/bf16/fp8: keep fp32 master weights in the optimizer
+    parallelism: Parallelism = Parallelism()
+
+
+def validation_problems(error: Exception) -> list[str]:
+    """Each problem of a pydantic ValidationError as `where: what`."""
+    if not isinstance(error, ValidationError):
+        return [str(error)]
+    problems = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"])
+        message = str(item["msg"]).removeprefix("Value error, ")
+        problems.append(f"{where}: {message}" if where else message)
+    return problems

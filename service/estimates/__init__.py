@@ -1,0 +1,1 @@
+"""`POST /v1/estimate`: the memory estimator over HTTP."""

@@ -1,0 +1,157 @@
+"""The analytical model against the formulas it cites, computed by hand."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from estimator.analytical.hf import dims_from_hf_config
+from estimator.analytical.model import MIB, SpecError, breakdown
+from estimator.analytical.transformer import layer_activation_bytes, total_params
+from estimator.catalog import lookup
+from estimator.gpus import find_gpu_model
+from estimator.spec import Parallelism, TrainingSpec, TransformerDims
+
+GPT = TransformerDims(layers=24, hidden=1024, heads=16, vocab=50257)
+
+
+def test_transformer_params_match_the_real_module_count() -> None:
+    for name in ("gpt2", "gpt2-xl", "bert-base-uncased"):
+        entry = lookup(f"hf:{name}")
+        assert entry.hf_config is not None
+        formula = total_params(dims_from_hf_config(entry.hf_config))
+        assert abs(formula - entry.params) / entry.params < 0.01, name
+
+
+@pytest.mark.parametrize("tp, sequence_parallel", [(1, False), (4, False), (4, True)])
+def test_korthikanti_per_layer_activations(tp: int, sequence_parallel: bool) -> None:
+    s, b, h, a = 2048, 4, GPT.hidden, GPT.heads
+    layer = layer_activation_bytes(GPT, s, b, 2.0, flash_attention=False, checkpointing="none")
+    split = tp if sequence_parallel else 1
+    got = layer.replicated / split + layer.sharded / tp
+    if sequence_parallel:
+        expected = s * b * h / tp * (34 + 5 * a * s / h)  # eq. 4
+    else:
+        expected = s * b * h * (10 + 24 / tp + 5 * a * s / (h * tp))  # eq. 2
+    assert got == pytest.approx(expected)
+
+
+def test_recomputation_and_flash_attention_drop_the_right_terms() -> None:
+    s, b, h = 2048, 4, GPT.hidden
+    selective = layer_activation_bytes(GPT, s, b, 2.0, False, "selective")
+    flash = layer_activation_bytes(GPT, s, b, 2.0, True, "none")
+    full = layer_activation_bytes(GPT, s, b, 2.0, False, "full")
+    assert selective.replicated + selective.sharded == pytest.approx(34 * s * b * h)
+    assert flash.replicated + flash.sharded == pytest.approx(34 * s * b * h)
+    assert full.replicated + full.sharded == pytest.approx(2 * s * b * h)
+
+
+def summary_spec(**kw: object) -> TrainingSpec:
+    body: dict[str, object] = {
+        "model": {"summary": {"params": 1_000_000_000, "activations_per_sample": 0}},
+        "batch_size": 1,
+        "optimizer": "adam",
+        **kw,
+    }
+    return TrainingSpec.model_validate(body)
+
+
+@pytest.mark.parametrize(
+    "precision, stage, dp, bytes_per_param",
+    [
+        ("fp32", 0, 1, 4 + 4 + 8),
+        ("bf16", 0, 8, 2 + 2 + 12),  # ZeRO paper: 16 bytes per parameter
+        ("bf16", 1, 8, 2 + 2 + 12 / 8),
+        ("bf16", 2, 8, 2 + 14 / 8),
+        ("bf16", 3, 8, 16 / 8),
+        ("amp_bf16", 0, 1, 4 + 2 + 4 + 8),  # fp32 params + autocast copies
+    ],
+)
+def test_model_states_follow_zero(
+    precision: str, stage: int, dp: int, bytes_per_param: float
+) -> None:
+    spec = summary_spec(precision=precision, parallelism={"dp": dp, "zero_stage": stage})
+    terms = breakdown(spec, find_gpu_model("A100-80GB"))
+    states = terms.weights + terms.gradients + terms.optimizer
+    if stage == 3:  # plus the gathered unit and its prefetch
+        states -= 2 * 1e9 * 2 / MIB
+    assert states == pytest.approx(1e9 * bytes_per_param / MIB)
+
+
+def test_pure_bf16_without_master_weights_and_other_optimizers() -> None:
+    def states(**kw: object) -> float:
+        terms = breakdown(summary_spec(**kw), None)
+        return (terms.weights + terms.gradients + terms.optimizer) * MIB / 1e9
+
+    assert states(precision="bf16", master_weights=False) == pytest.approx(2 + 2 + 4)
+    assert states(optimizer="sgd") == pytest.approx(8)
+    assert states(optimizer="sgd_momentum") == pytest.approx(12)
+
+
+def test_pipeline_first_stage_holds_more_micro_batches() -> None:
+    base = {
+        "model": {"transformer": GPT.model_dump()},
+        "batch_size": 1,
+        "seq_len": 2048,
+        "precision": "bf16",
+    }
+
+    def activations(**parallel: object) -> float:
+        spec = TrainingSpec.model_validate({**base, "parallelism": parallel})
+        return breakdown(spec, None).activations
+
+    one = activations(pp=4, microbatches=8)
+    gpipe = activations(pp=4, microbatches=8, pp_schedule="gpipe")
+    assert gpipe > one > activations(pp=4, microbatches=1)
+
+
+def test_bigger_inputs_and_batches_need_more_memory() -> None:
+    def total(**kw: object) -> float:
+        spec = TrainingSpec.model_validate(
+            {"model": {"catalog": "resnet50"}, "batch_size": 32, **kw}
+        )
+        return breakdown(spec, find_gpu_model("T4")).total
+
+    assert total(batch_size=64) > total() > total(batch_size=16)
+    assert total(image_size=320) > total() > total(image_size=160)
+    assert total(precision="amp_fp16") < total()
+    assert total(activation_checkpointing="full") < total()
+
+
+@pytest.mark.parametrize(
+    "spec, problem",
+    [
+        ({"model": {"transformer": GPT.model_dump()}, "batch_size": 1}, "seq_len is required"),
+        (
+            {
+                "model": {"transformer": GPT.model_dump()},
+                "batch_size": 1,
+                "seq_len": 8,
+                "parallelism": {"tp": 3},
+            },
+            "tp (3) must divide heads",
+        ),
+        (
+            {"model": {"catalog": "resnet50"}, "batch_size": 1, "parallelism": {"tp": 2}},
+            "needs a transformer",
+        ),
+        ({"model": {"catalog": "resnet5O"}, "batch_size": 1}, "did you mean"),
+        (
+            {
+                "model": {"transformer": GPT.model_dump()},
+                "batch_size": 1,
+                "seq_len": 8,
+                "parallelism": {"pp": 64},
+            },
+            "exceeds the layers",
+        ),
+    ],
+)
+def test_specs_that_do_not_fit_their_model(spec: dict[str, object], problem: str) -> None:
+    with pytest.raises(SpecError, match=re.escape(problem)):
+        breakdown(TrainingSpec.model_validate(spec), None)
+
+
+def test_parallelism_defaults_are_single_gpu() -> None:
+    assert Parallelism() == Parallelism(dp=1, tp=1, pp=1, cp=1, zero_stage=0)

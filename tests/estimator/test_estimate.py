@@ -1,0 +1,102 @@
+"""Estimates through the packaged estimator: contract, methods, history, physics."""
+
+from __future__ import annotations
+
+import pytest
+
+from estimator.estimate import Estimator, default_estimator
+from estimator.history import HISTORY_MARGIN, ObservationHistory, fingerprint
+from estimator.learned import measurements
+from estimator.learned.train import refit
+from estimator.spec import TrainingSpec
+
+RESNET = TrainingSpec.model_validate({"model": {"catalog": "resnet50"}, "batch_size": 64})
+LLAMA = {
+    "model": {"catalog": "hf:meta-llama/Llama-2-7b-hf"},
+    "batch_size": 1,
+    "seq_len": 4096,
+    "precision": "bf16",
+    "optimizer": "adamw",
+    "flash_attention": True,
+}
+
+
+def test_estimate_follows_the_contract() -> None:
+    estimate = default_estimator().estimate(RESNET, "A100-40GB")
+    assert estimate.gpu_model == "NVIDIA A100-SXM4-40GB"
+    assert estimate.method == "analytical+learned"
+    assert estimate.coverage == 0.95
+    assert estimate.upper_mib >= estimate.peak_mib > 0
+    assert set(estimate.breakdown_mib) == {
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "context",
+        "allocator",
+    }
+    assert sum(estimate.breakdown_mib.values()) == estimate.peak_mib
+    assert estimate.model_version.startswith("2026.12.0+")
+
+
+def test_outside_the_calibrated_domain_the_physics_answers() -> None:
+    spec = TrainingSpec.model_validate({**LLAMA, "parallelism": {"dp": 8, "zero_stage": 3}})
+    estimate = default_estimator().estimate(spec, "H100-80GB")
+    assert estimate.method == "analytical"
+    # 6.7e9 params * 16 bytes / 8 ranks = 12.6 GiB of states, plus activations
+    assert 15 * 1024 < estimate.peak_mib < 60 * 1024
+    alone = default_estimator().estimate(TrainingSpec.model_validate(LLAMA), "H100-80GB")
+    assert alone.peak_mib > 100 * 1024  # 16 bytes per parameter cannot fit one 80 GB GPU
+
+
+def test_sharding_and_recomputation_reduce_per_gpu_memory() -> None:
+    def peak(**kw: object) -> int:
+        spec = TrainingSpec.model_validate({**LLAMA, **kw})
+        return default_estimator().estimate(spec, "H100-80GB").peak_mib
+
+    base = peak(parallelism={"dp": 8, "zero_stage": 1})
+    assert peak(parallelism={"dp": 8, "zero_stage": 2}) < base
+    assert peak(parallelism={"dp": 8, "zero_stage": 3}) < peak(
+        parallelism={"dp": 8, "zero_stage": 2}
+    )
+    assert peak(parallelism={"tp": 8}) < peak(parallelism={"tp": 2})
+    ckpt = peak(parallelism={"dp": 8, "zero_stage": 3}, activation_checkpointing="full")
+    assert ckpt < peak(parallelism={"dp": 8, "zero_stage": 3})
+
+
+def test_exact_history_wins_for_a_spec_seen_before() -> None:
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    estimator.history.add(RESNET, "NVIDIA A100-SXM4-40GB", 9000)
+    estimator.history.add(RESNET, "A100-40GB", 9400)
+    seen = estimator.estimate(RESNET, "A100-40GB")
+    assert seen.method == "history" and seen.peak_mib == 9400
+    assert seen.upper_mib == pytest.approx(9400 * (1 + HISTORY_MARGIN), abs=1)
+    assert estimator.estimate(RESNET, "T4").method == "analytical+learned"
+    other = RESNET.model_copy(update={"batch_size": 65})
+    assert fingerprint(other) != fingerprint(RESNET)
+    assert estimator.estimate(other, "A100-40GB").method == "analytical+learned"
+
+
+def test_a_bigger_gpu_context_does_not_change_the_job() -> None:
+    t4 = default_estimator().estimate(RESNET, "T4")
+    a100 = default_estimator().estimate(RESNET, "A100-40GB")
+    assert t4.breakdown_mib["weights"] == pytest.approx(a100.breakdown_mib["weights"], rel=0.2)
+
+
+def test_refit_learns_from_observed_peaks_and_keeps_the_old_estimator() -> None:
+    old = Estimator(default_estimator().artifact, ObservationHistory())
+    bf16 = RESNET.model_copy(update={"precision": "bf16"})
+    assert old.estimate(bf16, "A100-40GB").method == "analytical"
+    for batch in (16, 32, 64, 128):
+        spec = bf16.model_copy(update={"batch_size": batch})
+        old.observe(spec, "A100-40GB", 2000 + 40 * batch)
+    base = measurements.read()
+    new = refit(old, base)
+    assert new.version != old.version
+    assert "bf16" in new.artifact.manifest["domain"]["precisions"]  # type: ignore[union-attr]
+    unseen = bf16.model_copy(update={"batch_size": 48})
+    assert new.estimate(unseen, "A100-40GB").method == "analytical+learned"
+    assert old.estimate(unseen, "A100-40GB").method == "analytical"
+    assert new.estimate(bf16.model_copy(update={"batch_size": 64}), "A100-40GB").method == (
+        "history"
+    )
