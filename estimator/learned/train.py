@@ -19,6 +19,7 @@ import sklearn
 from numpy.typing import NDArray
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.model_selection import GroupKFold
+from threadpoolctl import threadpool_limits
 
 from estimator.analytical.model import SpecError, breakdown, resolve
 from estimator.estimate import Estimator
@@ -192,9 +193,12 @@ def _git_revision() -> str:
 def train(rows: list[Measurement], coverage: float = 0.95, data_sha256: str = "") -> Artifact:
     """Fit the calibration on every usable run and describe it in a manifest."""
     data = prepare(rows)
-    fitter = CalibrationFitter(coverage=coverage).fit(
-        data.features, data.log_ratio, data.groups, data.kinds
-    )
+    # one thread: parallel histogram sums add in varying order, which would change
+    # the trees from one machine to the next
+    with threadpool_limits(limits=1):
+        fitter = CalibrationFitter(coverage=coverage).fit(
+            data.features, data.log_ratio, data.groups, data.kinds
+        )
     calibration = fitter.calibration_
     core = {
         "format": FORMAT,
