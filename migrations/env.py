@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+import service.estimates.models
 import service.events.models
 import service.jobs.models
 import service.nodes.models  # noqa: F401  (register every table on the metadata)

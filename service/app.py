@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy import text
 
-from estimator.estimate import default_estimator
 from service.admin.router import router as admin_router
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
@@ -16,9 +15,11 @@ from service.db import make_engine, make_sessionmaker, upgrade
 from service.deps import SessionDep
 from service.errors import install_error_handlers
 from service.estimates.router import router as estimates_router
+from service.estimates.service import EstimatorState
 from service.jobs.router import router as jobs_router
 from service.nodes.router import router as nodes_router
 from service.scheduler.cycle import SchedulerLoop
+from service.scheduler.placement import Scheduler
 
 VERSION = "0.1.0"
 
@@ -28,11 +29,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
+    estimator_state = EstimatorState()
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         upgrade(settings.database_url)
-        loop = SchedulerLoop(sessions, settings) if settings.scheduler_enabled else None
+        loop = (
+            SchedulerLoop(sessions, settings, estimator_state.sync)
+            if settings.scheduler_enabled
+            else None
+        )
         if loop is not None:
             loop.start()
         try:
@@ -45,7 +51,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="Colloc", version=VERSION, lifespan=lifespan)
     app.state.settings = settings
     app.state.sessions = sessions
-    app.state.estimator = default_estimator()
+    app.state.estimator_state = estimator_state
+    app.state.scheduler = Scheduler(settings.scheduler())
     install_error_handlers(app)
     for router in (jobs_router, nodes_router, admin_router, estimates_router):
         app.include_router(router, prefix="/v1")

@@ -1,9 +1,34 @@
-"""Service settings, read from `COLLOC_*` environment variables."""
+"""Service settings, from `COLLOC_*` environment variables or a YAML config file.
+
+`COLLOC_CONFIG_FILE=colloc.yaml` names a file whose keys are these settings' names;
+environment variables win over it. Unsafe or unknown values stop the server at
+start-up rather than at the first request.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from service.scheduler import plugins  # noqa: F401  (fills the plugin registries)
+from service.scheduler.framework import (
+    FILTERS,
+    QUEUE_SORTS,
+    SCORERS,
+    Limit,
+    Quotas,
+    SchedulerConfig,
+)
+
+CONFIG_FILE_ENV = "COLLOC_CONFIG_FILE"
 
 
 def normalise_database_url(url: str) -> str:
@@ -14,17 +39,61 @@ def normalise_database_url(url: str) -> str:
     return url
 
 
-class Settings(BaseSettings):
-    """Everything an operator can tune; unsafe values are refused at start-up."""
+class LimitSetting(BaseModel):
+    gpus: int | None = Field(default=None, ge=0)
+    memory_mib: int | None = Field(default=None, ge=0)
 
-    model_config = SettingsConfigDict(env_prefix="COLLOC_")
+
+class Settings(BaseSettings):
+    """Everything an operator can tune."""
+
+    model_config = SettingsConfigDict(env_prefix="COLLOC_", extra="forbid")
 
     database_url: str = "sqlite:///./colloc.db"
     schedule_interval_s: float = Field(default=1.0, gt=0, le=300)
     heartbeat_interval_s: float = Field(default=2.0, gt=0, le=300)
     scheduler_enabled: bool = True
     default_max_attempts: int = Field(default=3, ge=1, le=20)
+    # OOM recovery: the next attempt reserves this factor times what the failed one
+    # needed, after a back-off of oom_backoff_s * 2^(failures - 1)
     oom_reservation_factor: float = Field(default=1.2, ge=1.0, le=4.0)
+    oom_backoff_s: float = Field(default=10.0, ge=0, le=3600)
+    # placement pipeline (plugin names from service/scheduler/plugins.py)
+    scheduler_queue_sort: str = "priority_fifo"
+    scheduler_filters: list[str] = Field(default_factory=lambda: list(SchedulerConfig().filters))
+    scheduler_scorers: dict[str, float] = Field(
+        default_factory=lambda: dict(SchedulerConfig().scorers)
+    )
+    memory_headroom_mib: int = Field(default=256, ge=0)
+    max_jobs_per_gpu: int = Field(default=4, ge=1, le=64)
+    max_gpu_utilization_pct: float = Field(default=90.0, gt=0, le=100)
+    backfill: bool = True
+    preemption: bool = False
+    user_quotas: dict[str, LimitSetting] = Field(default_factory=dict)
+    queue_quotas: dict[str, LimitSetting] = Field(default_factory=dict)
+    # running jobs' reservations follow what they really use once it is steady
+    reservation_margin: float = Field(default=0.10, ge=0, le=2)
+    reservation_stable_s: float = Field(default=120.0, ge=0)
+    # closed loop: refit the estimator's calibration this often when new peaks came in
+    estimator_refit_interval_s: float = Field(default=0, ge=0)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config_file = os.environ.get(CONFIG_FILE_ENV)
+        if not config_file:
+            return (init_settings, env_settings)
+        return (
+            init_settings,
+            env_settings,
+            YamlConfigSettingsSource(settings_cls, Path(config_file)),
+        )
 
     @field_validator("database_url")
     @classmethod
@@ -33,3 +102,36 @@ class Settings(BaseSettings):
         if not url.startswith(("sqlite", "postgresql")):
             raise ValueError("COLLOC_DATABASE_URL must be a sqlite:// or postgresql:// URL")
         return url
+
+    @model_validator(mode="after")
+    def _known_plugins(self) -> Settings:
+        unknown = [
+            f"{kind} {name!r} (known: {', '.join(sorted(registry))})"
+            for kind, names, registry in (
+                ("queue sort", [self.scheduler_queue_sort], QUEUE_SORTS),
+                ("filter", self.scheduler_filters, FILTERS),
+                ("scorer", list(self.scheduler_scorers), SCORERS),
+            )
+            for name in names
+            if name not in registry
+        ]
+        if unknown:
+            raise ValueError("unknown scheduler plugin(s): " + "; ".join(unknown))
+        return self
+
+    def scheduler(self) -> SchedulerConfig:
+        """The placement pipeline these settings describe."""
+        return SchedulerConfig(
+            queue_sort=self.scheduler_queue_sort,
+            filters=tuple(self.scheduler_filters),
+            scorers=dict(self.scheduler_scorers),
+            headroom_mib=self.memory_headroom_mib,
+            max_jobs_per_gpu=self.max_jobs_per_gpu,
+            max_utilization_pct=self.max_gpu_utilization_pct,
+            backfill=self.backfill,
+            preemption=self.preemption,
+            quotas=Quotas(
+                users={k: Limit(v.gpus, v.memory_mib) for k, v in self.user_quotas.items()},
+                queues={k: Limit(v.gpus, v.memory_mib) for k, v in self.queue_quotas.items()},
+            ),
+        )

@@ -8,7 +8,9 @@ from typing import Annotated
 from fastapi import Depends, Request
 from sqlalchemy.orm import Session
 
+from estimator.estimate import Estimator
 from service.config import Settings
+from service.scheduler.placement import Scheduler
 
 
 def _session(request: Request) -> Iterator[Session]:
@@ -21,5 +23,20 @@ def _settings(request: Request) -> Settings:
     return settings
 
 
+def _scheduler(request: Request) -> Scheduler:
+    scheduler: Scheduler = request.app.state.scheduler
+    return scheduler
+
+
 SessionDep = Annotated[Session, Depends(_session)]
 SettingsDep = Annotated[Settings, Depends(_settings)]
+SchedulerDep = Annotated[Scheduler, Depends(_scheduler)]
+
+
+def _estimator(request: Request, session: SessionDep) -> Estimator:
+    """The active estimator, with every observed peak so far."""
+    estimator: Estimator = request.app.state.estimator_state.sync(session)
+    return estimator
+
+
+EstimatorDep = Annotated[Estimator, Depends(_estimator)]

@@ -77,7 +77,7 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def settings(database_url: str) -> Settings:
-    return Settings(database_url=database_url, scheduler_enabled=False)
+    return Settings(database_url=database_url, scheduler_enabled=False, oom_backoff_s=0)
 
 
 @pytest.fixture

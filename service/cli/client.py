@@ -102,8 +102,9 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 def run_show(args: argparse.Namespace) -> int:
     job = _request(args, "GET", f"/v1/jobs/{args.id}")
+    explanation = _request(args, "GET", f"/v1/jobs/{args.id}/explain") if args.explain else None
     if args.json:
-        print(json.dumps(job))
+        print(json.dumps({**job, "explain": explanation} if explanation else job))
         return 0
     for key in (
         "id",
@@ -133,7 +134,29 @@ def run_show(args: argparse.Namespace) -> int:
             f"started {attempt['started_at'] or '-'}, finished {attempt['finished_at'] or '-'}"
             + (f"\n  reason: {attempt['reason']}" if attempt["reason"] else "")
         )
+    for estimate in job["estimates"]:
+        print(
+            f"estimate on {estimate['gpu_model']}: peak {estimate['peak_mib']} MiB, "
+            f"upper {estimate['upper_mib']} MiB ({estimate['method']})"
+        )
+    if explanation:
+        _print_explanation(explanation)
     return 0
+
+
+def _print_explanation(explanation: dict[str, Any]) -> None:
+    print(f"\nwhy: {explanation['summary']}")
+    for gpu in explanation["gpus"]:
+        where = f"  {gpu['node']} GPU {gpu['gpu_index']} ({gpu['model']}):"
+        if gpu["fits"]:
+            print(
+                f"{where} fits, {gpu['free_mib']} MiB free for {gpu['demand_mib']} MiB, "
+                f"score {gpu['score']}"
+            )
+        else:
+            print(f"{where} " + "; ".join(gpu["reasons"]))
+        if gpu["held_for_job"] is not None:
+            print(f"    held for job {gpu['held_for_job']}")
 
 
 def run_cancel(args: argparse.Namespace) -> int:
@@ -161,6 +184,7 @@ def add_commands(commands: Any) -> None:
 
     show = commands.add_parser("show", parents=[common], help="show one job")
     show.add_argument("id", type=int)
+    show.add_argument("--explain", action="store_true", help="why it waits / why it is there")
     show.set_defaults(run=run_show)
 
     cancel = commands.add_parser("cancel", parents=[common], help="cancel a job")

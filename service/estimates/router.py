@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from datetime import datetime
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import select
 
-from estimator.analytical.model import SpecError
-from estimator.estimate import Estimate, Estimator
+from estimator.estimate import Estimate, default_estimator
 from estimator.gpus import GPU_MODELS, canonical_gpu_name
 from estimator.spec import TrainingSpec
-from service.deps import SessionDep
+from service.deps import EstimatorDep, SessionDep
 from service.errors import ApiError
+from service.estimates.service import PACKAGED, EstimatorState, versions
+from service.jobs.service import estimate_for
 from service.nodes.models import Gpu
 
 router = APIRouter(tags=["estimates"])
@@ -33,7 +35,7 @@ class EstimateList(BaseModel):
 
 
 @router.post("/estimate", response_model=EstimateList)
-def estimate(body: EstimateRequest, session: SessionDep, request: Request) -> EstimateList:
+def estimate(body: EstimateRequest, session: SessionDep, estimator: EstimatorDep) -> EstimateList:
     """Estimates for the given GPU models (default: those in the cluster, else all known)."""
     cluster = sorted(set(session.scalars(select(Gpu.model))))
     if body.gpu_models is None:
@@ -49,8 +51,75 @@ def estimate(body: EstimateRequest, session: SessionDep, request: Request) -> Es
                 {"unknown": unknown, "known": sorted({*(m.name for m in GPU_MODELS), *cluster})},
             )
         models = [canonical for canonical in resolved.values() if canonical is not None]
-    estimator: Estimator = request.app.state.estimator
-    try:
-        return EstimateList(estimates=[estimator.estimate(body.training, m) for m in models])
-    except SpecError as exc:
-        raise ApiError(422, "invalid_training_spec", str(exc), {"problems": exc.problems}) from exc
+    return EstimateList(estimates=list(estimate_for(estimator, body.training, models).values()))
+
+
+class EstimatorVersionRead(BaseModel):
+    version: str
+    created_at: datetime | None
+    active: bool
+    observations: int
+    validation: dict[str, Any]
+
+
+class EstimatorRead(BaseModel):
+    active: str
+    versions: list[EstimatorVersionRead]
+    observed_peaks: int
+
+
+class Activate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+def _estimator_read(session: SessionDep, state: EstimatorState) -> EstimatorRead:
+    estimator = state.sync(session)
+    rows = versions(session)
+    packaged = default_estimator()
+    listed = [
+        EstimatorVersionRead(
+            version=PACKAGED,
+            created_at=None,
+            active=not any(r.active for r in rows),
+            observations=0,
+            validation=packaged.artifact.manifest["validation"] if packaged.artifact else {},
+        ),
+        *(
+            EstimatorVersionRead(
+                version=r.version,
+                created_at=r.created_at,
+                active=r.active,
+                observations=r.observations,
+                validation=r.manifest.get("validation", {}),
+            )
+            for r in rows
+        ),
+    ]
+    active = next(v.version for v in listed if v.active)
+    return EstimatorRead(active=active, versions=listed, observed_peaks=len(estimator.observations))
+
+
+@router.get("/admin/estimator", response_model=EstimatorRead, tags=["admin"])
+def get_estimator(session: SessionDep, request: Request) -> EstimatorRead:
+    """Calibration versions (the packaged one first) and which is active."""
+    return _estimator_read(session, request.app.state.estimator_state)
+
+
+@router.post("/admin/estimator/refit", response_model=EstimatorRead, tags=["admin"])
+def refit_estimator(session: SessionDep, request: Request) -> EstimatorRead:
+    """Retrain the calibration with every observed peak and make it active."""
+    state: EstimatorState = request.app.state.estimator_state
+    state.refit(session)
+    session.commit()
+    return _estimator_read(session, state)
+
+
+@router.post("/admin/estimator/activate", response_model=EstimatorRead, tags=["admin"])
+def activate_estimator(body: Activate, session: SessionDep, request: Request) -> EstimatorRead:
+    """Switch to a recorded calibration version, or back to "packaged"."""
+    state: EstimatorState = request.app.state.estimator_state
+    state.activate(session, body.version)
+    session.commit()
+    return _estimator_read(session, state)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, UtcDateTime
@@ -32,6 +32,10 @@ class Job(Base):
     reservation_floor_mib: Mapped[int | None]
     max_attempts: Mapped[int]
     cancel_requested: Mapped[bool] = mapped_column(default=False)
+    # set when the scheduler preempts the job: its attempt ends `preempted` and the
+    # job waits again, without spending its attempt budget
+    preempt_requested: Mapped[bool] = mapped_column(default=False, server_default=false())
+    not_before: Mapped[datetime | None] = mapped_column(UtcDateTime())  # OOM back-off
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
     exit_code: Mapped[int | None]
     reason: Mapped[str | None] = mapped_column(Text)
@@ -40,6 +44,7 @@ class Job(Base):
     finished_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
     attempts: Mapped[list[Attempt]] = relationship(back_populates="job", order_by="Attempt.number")
+    estimates: Mapped[list[JobEstimate]] = relationship(back_populates="job")
 
 
 class Attempt(Base):
@@ -58,6 +63,7 @@ class Attempt(Base):
     exit_code: Mapped[int | None]
     reason: Mapped[str | None] = mapped_column(Text)
     peak_mib: Mapped[int | None]
+    peak_changed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
     job: Mapped[Job] = relationship(back_populates="attempts")
     node: Mapped[Node] = relationship()
@@ -91,3 +97,22 @@ class Observation(Base):
     gpu_model: Mapped[str] = mapped_column(String(128), index=True)
     peak_mib: Mapped[int]
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+
+
+class JobEstimate(Base):
+    """The estimator's answer for a job on one GPU model, made once and kept."""
+
+    __tablename__ = "job_estimates"
+    __table_args__ = (UniqueConstraint("job_id", "gpu_model"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    gpu_model: Mapped[str] = mapped_column(String(128))
+    peak_mib: Mapped[int]
+    upper_mib: Mapped[int]
+    coverage: Mapped[float]
+    method: Mapped[str] = mapped_column(String(32))
+    model_version: Mapped[str] = mapped_column(String(64))
+    breakdown_mib: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+    job: Mapped[Job] = relationship(back_populates="estimates")

@@ -6,9 +6,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 
-from service.deps import SessionDep, SettingsDep
+from service.deps import EstimatorDep, SchedulerDep, SessionDep, SettingsDep
+from service.events.service import list_events
 from service.jobs import service
-from service.jobs.schemas import JobCreate, JobList, JobRead
+from service.jobs.schemas import (
+    ExplanationRead,
+    GpuVerdictRead,
+    JobCreate,
+    JobList,
+    JobRead,
+)
+from service.scheduler.cycle import explain_job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -20,6 +28,7 @@ def submit_job(
     job_in: JobCreate,
     session: SessionDep,
     settings: SettingsDep,
+    estimator: EstimatorDep,
     response: Response,
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
@@ -29,6 +38,7 @@ def submit_job(
         job_in=job_in,
         owner=service.ANONYMOUS,
         settings=settings,
+        estimator=estimator,
         idempotency_key=idempotency_key,
     )
     session.commit()
@@ -61,3 +71,37 @@ def cancel_job(job_id: int, session: SessionDep) -> JobRead:
     job = service.cancel(session=session, job=service.get(session=session, job_id=job_id))
     session.commit()
     return service.to_read(job)
+
+
+@router.get("/{job_id}/explain", response_model=ExplanationRead)
+def explain(
+    job_id: int, session: SessionDep, scheduler: SchedulerDep, estimator: EstimatorDep
+) -> ExplanationRead:
+    """Per candidate GPU, why a pending job does or does not fit there; for a job that
+    was placed, where and why."""
+    job = service.get(session=session, job_id=job_id)
+    if job.state != "pending":
+        placed = list_events(session=session, job_id=job_id, kind="job.placed", limit=1000)
+        summary = placed[-1].message if placed else "never placed"
+        return ExplanationRead(job_id=job_id, state=job.state, summary=summary, gpus=[])
+    explanation = explain_job(session, scheduler, job_id, estimator)
+    session.commit()  # estimates made for GPU models new to this job are kept
+    return ExplanationRead(
+        job_id=job_id,
+        state=job.state,
+        summary=explanation.summary,
+        gpus=[
+            GpuVerdictRead(
+                node=v.node,
+                gpu_index=v.index,
+                model=v.model,
+                free_mib=v.free_mib,
+                demand_mib=v.demand_mib,
+                fits=v.fits,
+                reasons=list(v.reasons),
+                score=v.score,
+                held_for_job=v.held_for,
+            )
+            for v in explanation.gpus
+        ],
+    )

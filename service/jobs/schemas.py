@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from estimator.estimate import Estimate
+from estimator.spec import TrainingSpec
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")]
 Argument = Annotated[str, StringConstraints(max_length=4096)]
@@ -31,7 +34,9 @@ class JobCreate(BaseModel):
     max_attempts: int | None = Field(default=None, ge=1, le=20)
     env: dict[EnvName, Argument] = Field(default_factory=dict, max_length=128)
     workdir: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
-    training: dict[str, Any] | None = None
+    training: TrainingSpec | None = None  # what the estimator reads
+    preemptible: bool = False  # may be stopped (and requeued) for higher-priority jobs
+    multi_node: bool = False  # a gang may span nodes
 
 
 class AttemptGpu(BaseModel):
@@ -68,15 +73,39 @@ class JobRead(BaseModel):
     memory_mib: int | None
     reservation_floor_mib: int | None
     max_attempts: int
+    preemptible: bool
     cancel_requested: bool
+    not_before: datetime | None
     exit_code: int | None
     reason: str | None
     created_at: datetime
     updated_at: datetime
     finished_at: datetime | None
     attempts: list[AttemptRead]
+    estimates: list[Estimate]
 
 
 class JobList(BaseModel):
     jobs: list[JobRead]
     total: int
+
+
+class GpuVerdictRead(BaseModel):
+    node: str
+    gpu_index: int
+    model: str
+    free_mib: int
+    demand_mib: int | None
+    fits: bool
+    reasons: list[str]
+    score: float | None
+    held_for_job: int | None
+
+
+class ExplanationRead(BaseModel):
+    """Why a job waits (every GPU, with numbers), or where and why it was placed."""
+
+    job_id: int
+    state: str
+    summary: str
+    gpus: list[GpuVerdictRead]

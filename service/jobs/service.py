@@ -7,13 +7,16 @@ matching event, so a state change and its audit entry commit together.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from datetime import datetime
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
+from estimator.analytical.model import SpecError
+from estimator.estimate import Estimate, Estimator
 from estimator.gpus import GPU_MODELS, canonical_gpu_name
+from estimator.spec import TrainingSpec
 from service.config import Settings
 from service.db import utcnow
 from service.errors import ApiError, not_found
@@ -24,6 +27,7 @@ from service.jobs.models import (
     Allocation,
     Attempt,
     Job,
+    JobEstimate,
     Observation,
 )
 from service.jobs.schemas import AttemptGpu, AttemptRead, JobCreate, JobList, JobRead
@@ -59,22 +63,27 @@ def _canonical_models(requested: list[str], known: Sequence[str]) -> list[str]:
 
 
 def _check_can_ever_fit(
-    spec: JobCreate, models: list[str] | None, cluster: list[tuple[int, str, int]]
+    spec: JobCreate,
+    models: list[str] | None,
+    cluster: list[tuple[int, str, int]],
+    demand: Callable[[str], int],
+    headroom_mib: int,
 ) -> None:
     """Refuse a job no node of the registered cluster could ever hold."""
     if not cluster:
         return  # nothing registered yet: the job waits for nodes
-    eligible = [(node, total) for node, model, total in cluster if not models or model in models]
-    per_node: dict[int, list[int]] = {}
-    for node, total in eligible:
-        if spec.memory_mib is None or total >= spec.memory_mib:
-            per_node.setdefault(node, []).append(total)
-    if any(len(totals) >= spec.gpus for totals in per_node.values()):
+    eligible = [(node, m, total) for node, m, total in cluster if not models or m in models]
+    per_node: dict[int, int] = {}
+    for node, model, total in eligible:
+        if total - headroom_mib >= demand(model):
+            per_node[node] = per_node.get(node, 0) + 1
+    if any(count >= spec.gpus for count in per_node.values()):
         return
-    largest = max((total for _node, total in eligible), default=0)
-    wanted = f"{spec.gpus} GPU(s)" + (
-        f" with {spec.memory_mib} MiB each" if spec.memory_mib else ""
-    )
+    if spec.multi_node and sum(per_node.values()) >= spec.gpus:
+        return
+    largest = max((total for _n, _m, total in eligible), default=0)
+    needs = sorted({demand(m) for _n, m, _t in eligible}) or [0]
+    wanted = f"{spec.gpus} GPU(s)" + (f" with {needs[0]} MiB each" if needs[0] else "")
     where = f" of model {', '.join(models)}" if models else ""
     raise ApiError(
         422,
@@ -84,15 +93,48 @@ def _check_can_ever_fit(
     )
 
 
+def estimate_for(
+    estimator: Estimator, training: TrainingSpec, models: Sequence[str]
+) -> dict[str, Estimate]:
+    """Estimates per GPU model; a spec the estimator cannot use is the client's error."""
+    try:
+        return {model: estimator.estimate(training, model) for model in models}
+    except SpecError as exc:
+        raise ApiError(
+            422, "invalid_training_spec", f"training: {exc}", {"problems": exc.problems}
+        ) from exc
+
+
+def store_estimates(session: Session, job: Job, estimates: dict[str, Estimate]) -> None:
+    for model, estimate in estimates.items():
+        session.add(
+            JobEstimate(
+                job_id=job.id,
+                gpu_model=model,
+                peak_mib=estimate.peak_mib,
+                upper_mib=estimate.upper_mib,
+                coverage=estimate.coverage,
+                method=estimate.method,
+                model_version=estimate.model_version,
+                breakdown_mib=estimate.breakdown_mib,
+            )
+        )
+
+
 def create(
     *,
     session: Session,
     job_in: JobCreate,
     owner: str,
     settings: Settings,
+    estimator: Estimator,
     idempotency_key: str | None = None,
 ) -> tuple[Job, bool]:
-    """Submit a job; returns it and whether it is new (False: an idempotent replay)."""
+    """Submit a job; returns it and whether it is new (False: an idempotent replay).
+
+    A job with a `training` spec is estimated on every GPU model in the cluster now;
+    models that join later are estimated by the scheduler when it first needs them.
+    """
     spec = job_in.model_dump(mode="json")
     if idempotency_key is not None:
         existing = session.scalar(
@@ -108,10 +150,20 @@ def create(
                 )
             return existing, False
     cluster = _cluster_gpus(session)
+    known = sorted({m for _n, m, _t in cluster})
     models = None
     if job_in.gpu_models is not None:
-        models = _canonical_models(job_in.gpu_models, sorted({m for _n, m, _t in cluster}))
-    _check_can_ever_fit(job_in, models, cluster)
+        models = _canonical_models(job_in.gpu_models, known)
+    estimates: dict[str, Estimate] = {}
+    if job_in.training is not None:
+        estimates = estimate_for(estimator, job_in.training, models or known)
+
+    def demand(model: str) -> int:
+        if job_in.memory_mib is not None:
+            return job_in.memory_mib
+        return estimates[model].upper_mib if model in estimates else 0
+
+    _check_can_ever_fit(job_in, models, cluster, demand, settings.memory_headroom_mib)
     now = utcnow()
     job = Job(
         name=job_in.name,
@@ -125,14 +177,21 @@ def create(
         reservation_floor_mib=None,
         max_attempts=job_in.max_attempts or settings.default_max_attempts,
         cancel_requested=False,
+        preempt_requested=False,
         idempotency_key=idempotency_key,
         created_at=now,
         updated_at=now,
     )
     session.add(job)
     session.flush()
+    store_estimates(session, job, estimates)
     record(session=session, kind="job.submitted", job_id=job.id, message=f"job {job.id} submitted")
     return job, True
+
+
+def training_spec(job: Job) -> TrainingSpec | None:
+    raw = job.spec.get("training")
+    return TrainingSpec.model_validate(raw) if raw else None
 
 
 def get(*, session: Session, job_id: int) -> Job:
@@ -158,7 +217,7 @@ def list_jobs(
         query = query.where(Job.owner == owner)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     page = query.order_by(Job.id.desc()).limit(limit).offset(offset)
-    jobs = session.scalars(page.options(_READ_OPTIONS)).all()
+    jobs = session.scalars(page.options(*_READ_OPTIONS)).all()
     return list(jobs), total
 
 
@@ -189,35 +248,59 @@ def current_attempt(job: Job) -> Attempt | None:
 
 
 def start_attempt(
-    *, session: Session, job: Job, node_id: int, gpus: list[Gpu], reserved_mib: int
+    *,
+    session: Session,
+    job: Job,
+    node_id: int,
+    gpus: list[Gpu],
+    reserved_mib: Sequence[int],
+    why: str = "",
 ) -> Attempt:
-    """Place a pending job: a new attempt holding `reserved_mib` on each of `gpus`."""
+    """Place a pending job: a new attempt holding `reserved_mib[i]` on `gpus[i]`."""
     now = utcnow()
     attempt = Attempt(
         job_id=job.id,
         number=len(job.attempts) + 1,
         node_id=node_id,
         state="placed",
-        reserved_mib=reserved_mib,
+        reserved_mib=max(reserved_mib),
         placed_at=now,
     )
     session.add(attempt)
     job.attempts.append(attempt)
-    for gpu in gpus:
-        session.add(Allocation(attempt=attempt, gpu_id=gpu.id, reserved_mib=reserved_mib))
+    for gpu, mib in zip(gpus, reserved_mib, strict=True):
+        session.add(Allocation(attempt=attempt, gpu_id=gpu.id, reserved_mib=mib))
     job.state = "placed"
     job.reason = None
     job.updated_at = now
-    where = ", ".join(f"{gpu.model} #{gpu.index} ({gpu.uuid})" for gpu in gpus)
+    where = ", ".join(
+        f"{gpu.model} #{gpu.index} ({gpu.uuid}) with {mib} MiB"
+        for gpu, mib in zip(gpus, reserved_mib, strict=True)
+    )
     record(
         session=session,
         kind="job.placed",
         job_id=job.id,
         node_id=node_id,
-        message=f"attempt {attempt.number} placed on {where}, {reserved_mib} MiB per GPU",
+        message=f"attempt {attempt.number} placed on {where}" + (f"; {why}" if why else ""),
         data={"attempt": attempt.number, "gpus": [gpu.uuid for gpu in gpus]},
     )
     return attempt
+
+
+def preempt(*, session: Session, job: Job, for_job: int) -> None:
+    """Ask the agent to stop `job` so that `for_job` can have its GPUs; it waits again."""
+    if job.preempt_requested or job.state not in ACTIVE_ATTEMPT_STATES:
+        return
+    job.preempt_requested = True
+    job.updated_at = utcnow()
+    record(
+        session=session,
+        kind="job.preempting",
+        job_id=job.id,
+        message=f"preempted to make room for job {for_job}",
+        data={"for_job": for_job},
+    )
 
 
 def mark_running(*, session: Session, attempt: Attempt, started_at: datetime | None) -> None:
@@ -236,6 +319,45 @@ def mark_running(*, session: Session, attempt: Attempt, started_at: datetime | N
     )
 
 
+def track_usage(
+    *, session: Session, attempt: Attempt, peak_mib_by_gpu: dict[str, int], settings: Settings
+) -> None:
+    """Let a running attempt's reservation follow what it really uses.
+
+    It grows at once when the job passes it, and shrinks to the observed peak plus the
+    margin once that peak has held for `reservation_stable_s`, so packing improves as
+    jobs reveal themselves.
+    """
+    if not peak_mib_by_gpu:
+        return
+    now = utcnow()
+    peak = max(peak_mib_by_gpu.values())
+    if peak > (attempt.peak_mib or 0):
+        attempt.peak_mib = peak
+        attempt.peak_changed_at = now
+    steady_since = attempt.peak_changed_at or attempt.started_at or now
+    steady_s = (now - steady_since).total_seconds()
+    for allocation in attempt.allocations:
+        used = peak_mib_by_gpu.get(allocation.gpu.uuid)
+        if used is None:
+            continue
+        target = math.ceil(round(used * (1 + settings.reservation_margin), 6))
+        grow = used > allocation.reserved_mib
+        shrink = steady_s >= settings.reservation_stable_s and target < allocation.reserved_mib
+        if grow or shrink:
+            record(
+                session=session,
+                kind="job.reservation",
+                job_id=attempt.job_id,
+                node_id=attempt.node_id,
+                message=f"reservation on GPU {allocation.gpu.uuid} "
+                f"{'grown' if grow else 'shrunk'} from {allocation.reserved_mib} to {target} "
+                f"MiB (peak {used} MiB" + (f", steady for {steady_s:.0f} s)" if shrink else ")"),
+            )
+            allocation.reserved_mib = target
+    attempt.reserved_mib = max(a.reserved_mib for a in attempt.allocations)
+
+
 def end_attempt(
     *,
     session: Session,
@@ -249,13 +371,17 @@ def end_attempt(
 ) -> None:
     """Close an attempt: release its GPUs, keep its peaks, and settle the job.
 
-    An `oom` or `lost` attempt is retried while the job's attempt budget lasts; after an
-    OOM no later attempt reserves less than the factor times what this one needed.
+    A preempted attempt sends the job back to the queue. An `oom` or `lost` attempt is
+    retried while the job's attempt budget lasts (preempted attempts do not count),
+    after a back-off that doubles with each failure; after an OOM no later attempt
+    reserves less than the factor times what this one needed.
     """
     if attempt.state not in ACTIVE_ATTEMPT_STATES:
         return
     job = attempt.job
-    if job.cancel_requested and outcome != "succeeded":
+    if job.preempt_requested and outcome != "succeeded":
+        outcome = "preempted"
+    elif job.cancel_requested and outcome != "succeeded":
         outcome = "cancelled"
     now = utcnow()
     peaks = _store_observations(session, attempt, peak_mib_by_gpu or {}, now)
@@ -263,11 +389,12 @@ def end_attempt(
     attempt.finished_at = finished_at or now
     attempt.exit_code = exit_code
     attempt.reason = reason
-    attempt.peak_mib = max(peaks) if peaks else None
+    attempt.peak_mib = max(peaks) if peaks else attempt.peak_mib
     for allocation in attempt.allocations:
         allocation.active = False
     job.updated_at = now
     job.exit_code = exit_code
+    job.preempt_requested = False
     message = f"attempt {attempt.number} ended {outcome}" + (f": {reason}" if reason else "")
     record(
         session=session,
@@ -277,7 +404,11 @@ def end_attempt(
         message=message,
         data={"attempt": attempt.number, "exit_code": exit_code, "peak_mib": attempt.peak_mib},
     )
-    retry = outcome in ("oom", "lost") and attempt.number < job.max_attempts
+    if outcome == "preempted":
+        _requeue(session, job, "preempted; waiting to run again", now)
+        return
+    tries = sum(1 for a in job.attempts if a.state != "preempted")
+    retry = outcome in ("oom", "lost") and tries < job.max_attempts
     if retry and outcome == "oom":
         needed = max(attempt.reserved_mib, attempt.peak_mib or 0)
         floor = math.ceil(needed * settings.oom_reservation_factor)
@@ -292,18 +423,26 @@ def end_attempt(
     elif retry:
         reason = "requeued after the attempt was lost"
     if retry:
-        job.state = "pending"
-        job.reason = reason
-        record(
-            session=session,
-            kind="job.requeued",
-            job_id=job.id,
-            message=f"{reason} (attempt {attempt.number + 1} of {job.max_attempts})",
+        failures = sum(1 for a in job.attempts if a.state in ("oom", "lost"))
+        backoff = settings.oom_backoff_s * 2 ** (failures - 1)
+        job.not_before = now + timedelta(seconds=backoff)
+        _requeue(
+            session,
+            job,
+            f"{reason}, not before {backoff:g} s (attempt {tries + 1} of {job.max_attempts})",
+            now,
         )
         return
     job.state = outcome
     job.finished_at = now
     job.reason = reason
+
+
+def _requeue(session: Session, job: Job, reason: str, now: datetime) -> None:
+    job.state = "pending"
+    job.reason = reason
+    job.updated_at = now
+    record(session=session, kind="job.requeued", job_id=job.id, message=reason)
 
 
 def _store_observations(
@@ -336,9 +475,12 @@ def _largest_eligible_gpu_mib(session: Session, job: Job) -> int:
     return session.scalar(query) or 0
 
 
-_READ_OPTIONS = selectinload(Job.attempts).options(
-    selectinload(Attempt.node),
-    selectinload(Attempt.allocations).selectinload(Allocation.gpu),
+_READ_OPTIONS = (
+    selectinload(Job.attempts).options(
+        selectinload(Attempt.node),
+        selectinload(Attempt.allocations).selectinload(Allocation.gpu),
+    ),
+    selectinload(Job.estimates),
 )
 
 
@@ -357,7 +499,9 @@ def to_read(job: Job) -> JobRead:
         memory_mib=job.memory_mib,
         reservation_floor_mib=job.reservation_floor_mib,
         max_attempts=job.max_attempts,
+        preemptible=bool(job.spec.get("preemptible")),
         cancel_requested=job.cancel_requested,
+        not_before=job.not_before,
         exit_code=job.exit_code,
         reason=job.reason,
         created_at=job.created_at,
@@ -386,6 +530,18 @@ def to_read(job: Job) -> JobRead:
                 peak_mib=attempt.peak_mib,
             )
             for attempt in job.attempts
+        ],
+        estimates=[
+            Estimate(
+                gpu_model=e.gpu_model,
+                peak_mib=e.peak_mib,
+                upper_mib=e.upper_mib,
+                coverage=e.coverage,
+                method=e.method,
+                breakdown_mib=e.breakdown_mib,
+                model_version=e.model_version,
+            )
+            for e in sorted(job.estimates, key=lambda e: e.gpu_model)
         ],
     )
 

@@ -26,6 +26,7 @@ from service.nodes.schemas import (
     HeartbeatReply,
     NodeRegister,
 )
+from service.scheduler.cycle import lock_placements
 
 
 def _reject_duplicates(uuids: list[str]) -> None:
@@ -93,6 +94,7 @@ def heartbeat(
         raise ApiError(
             422, "unknown_gpu", f"GPU(s) not registered on node {node.name}: {', '.join(unknown)}"
         )
+    lock_placements(session)  # reservations change here too
     now = utcnow()
     if node.state != "ready":
         record(
@@ -132,9 +134,13 @@ def heartbeat(
             reply.cancellations.append(ref)  # ended or moved on the server: stop it
         else:
             jobs.mark_running(session=session, attempt=attempt, started_at=report.started_at)
-            if report.peak_mib_by_gpu:
-                attempt.peak_mib = max(attempt.peak_mib or 0, *report.peak_mib_by_gpu.values())
-            if attempt.job.cancel_requested:
+            jobs.track_usage(
+                session=session,
+                attempt=attempt,
+                peak_mib_by_gpu=report.peak_mib_by_gpu,
+                settings=settings,
+            )
+            if attempt.job.cancel_requested or attempt.job.preempt_requested:
                 reply.cancellations.append(ref)
 
     for key, attempt in active.items():
@@ -148,7 +154,7 @@ def heartbeat(
                 settings=settings,
                 reason=f"node {node.name} no longer reports it",
             )
-        elif attempt.job.cancel_requested:
+        elif attempt.job.cancel_requested or attempt.job.preempt_requested:
             jobs.end_attempt(
                 session=session,
                 attempt=attempt,

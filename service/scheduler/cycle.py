@@ -1,62 +1,131 @@
 """One scheduling cycle: read a snapshot from the database, place, commit the plan.
 
-The cycle runs in one transaction; on PostgreSQL it first takes a transaction-level
-advisory lock, so scheduler replicas sharing a database take turns and never commit
-plans made from the same stale snapshot.
+The cycle runs in one transaction. On PostgreSQL it first takes a transaction-level
+advisory lock, which heartbeats (the other writers of reservations) take too, so
+scheduler replicas sharing a database take turns and never commit plans made from a
+stale view: no GPU is ever promised twice.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 
-from sqlalchemy import func, select, text
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
+from estimator.estimate import Estimator
 from service.config import Settings
-from service.db import transaction
+from service.db import transaction, utcnow
 from service.jobs import service as jobs
-from service.jobs.models import Allocation, Job
+from service.jobs.models import ACTIVE_ATTEMPT_STATES, Attempt, Job
 from service.nodes.models import Gpu, Node
-from service.scheduler.placement import place
-from service.scheduler.snapshot import GpuView, NodeView, PendingJob, Plan, Snapshot
+from service.scheduler.placement import Explanation, Scheduler, explain
+from service.scheduler.snapshot import (
+    GpuView,
+    NodeView,
+    PendingJob,
+    Plan,
+    RunningJob,
+    Snapshot,
+)
 
 log = logging.getLogger(__name__)
 
 SCHEDULER_LOCK_ID = 0x636F6C6C  # "coll"
 
 
+def lock_placements(session: Session) -> None:
+    """Serialise reservation changes across replicas (PostgreSQL; SQLite's writes already
+    are, by BEGIN IMMEDIATE)."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": SCHEDULER_LOCK_ID})
+
+
 def _pending_view(job: Job) -> PendingJob:
     floor = job.reservation_floor_mib or 0
     models = job.spec.get("gpu_models")
+    if job.memory_mib is not None:  # the user's claim
+        demand, default, exclusive = {}, max(job.memory_mib, floor), False
+    elif job.estimates:  # the estimator's calibrated bound per GPU model
+        demand = {e.gpu_model: max(e.upper_mib, floor) for e in job.estimates}
+        default, exclusive = None, False
+    else:  # nothing known: a whole GPU
+        demand, default, exclusive = {}, floor, True
     return PendingJob(
         id=job.id,
         priority=job.priority,
         gpus=job.gpus,
-        memory_mib=max(job.memory_mib or 0, floor),
-        exclusive=job.memory_mib is None,
+        demand_mib=demand,
+        exclusive=exclusive,
+        owner=job.owner,
+        queue=job.queue,
         gpu_models=frozenset(models) if models else None,
+        multi_node=bool(job.spec.get("multi_node")),
+        not_before=job.not_before,
+        default_demand_mib=default,
     )
 
 
-def read_snapshot(session: Session) -> tuple[Snapshot, dict[int, Job], dict[int, Gpu]]:
+def _fill_estimates(
+    session: Session, estimator: Estimator, pending: list[Job], models: list[str]
+) -> None:
+    """Estimate training jobs on GPU models that joined the cluster after them."""
+    for job in pending:
+        training = jobs.training_spec(job) if job.memory_mib is None else None
+        if training is None:
+            continue
+        missing = [m for m in models if m not in {e.gpu_model for e in job.estimates}]
+        if missing:
+            jobs.store_estimates(session, job, jobs.estimate_for(estimator, training, missing))
+            session.flush()
+            session.refresh(job, ["estimates"])
+
+
+def read_snapshot(
+    session: Session, estimator: Estimator | None = None
+) -> tuple[Snapshot, dict[int, Job], dict[int, Gpu]]:
     """The snapshot, plus the rows it was read from (to commit a plan against)."""
     nodes = session.scalars(select(Node)).all()
     gpus = {gpu.id: gpu for gpu in session.scalars(select(Gpu))}
-    usage = {
-        gpu_id: (int(reserved), int(count))
-        for gpu_id, reserved, count in session.execute(
-            select(Allocation.gpu_id, func.sum(Allocation.reserved_mib), func.count())
-            .where(Allocation.active.is_(True))
-            .group_by(Allocation.gpu_id)
+    pending = list(
+        session.scalars(
+            select(Job)
+            .where(Job.state == "pending")
+            .options(selectinload(Job.attempts), selectinload(Job.estimates))
         )
-    }
-    pending = {
-        job.id: job
-        for job in session.scalars(
-            select(Job).where(Job.state == "pending").options(selectinload(Job.attempts))
+    )
+    if estimator is not None:
+        _fill_estimates(session, estimator, pending, sorted({g.model for g in gpus.values()}))
+    active = session.scalars(
+        select(Attempt)
+        .where(Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
+        .options(selectinload(Attempt.allocations), selectinload(Attempt.job))
+    ).all()
+    reserved: dict[int, int] = {}
+    count: dict[int, int] = {}
+    running = []
+    for attempt in active:
+        live = [a for a in attempt.allocations if a.active]
+        for allocation in live:
+            reserved[allocation.gpu_id] = (
+                reserved.get(allocation.gpu_id, 0) + allocation.reserved_mib
+            )
+            count[allocation.gpu_id] = count.get(allocation.gpu_id, 0) + 1
+        job = attempt.job
+        running.append(
+            RunningJob(
+                id=job.id,
+                priority=job.priority,
+                owner=job.owner,
+                queue=job.queue,
+                gpu_ids=tuple(a.gpu_id for a in live),
+                reserved_mib=max((a.reserved_mib for a in live), default=0),
+                preemptible=bool(job.spec.get("preemptible")) and not job.preempt_requested,
+            )
         )
-    }
     snapshot = Snapshot(
         nodes=tuple(NodeView(n.id, n.name, n.state == "ready") for n in nodes),
         gpus=tuple(
@@ -66,24 +135,28 @@ def read_snapshot(session: Session) -> tuple[Snapshot, dict[int, Job], dict[int,
                 index=gpu.index,
                 model=gpu.model,
                 memory_total_mib=gpu.memory_total_mib,
-                reserved_mib=usage.get(gpu.id, (0, 0))[0],
+                reserved_mib=reserved.get(gpu.id, 0),
+                used_mib=max(0, gpu.memory_used_mib - gpu.memory_foreign_mib),
                 foreign_mib=gpu.memory_foreign_mib,
+                utilization_pct=gpu.utilization_pct,
                 healthy=gpu.healthy,
-                jobs=usage.get(gpu.id, (0, 0))[1],
+                jobs=count.get(gpu.id, 0),
+                uuid=gpu.uuid,
             )
             for gpu in gpus.values()
         ),
-        pending=tuple(_pending_view(job) for job in pending.values()),
+        pending=tuple(_pending_view(job) for job in pending),
+        running=tuple(running),
+        now=utcnow(),
     )
-    return snapshot, pending, gpus
+    return snapshot, {job.id: job for job in pending}, gpus
 
 
-def run_cycle(session: Session) -> Plan:
+def run_cycle(session: Session, scheduler: Scheduler, estimator: Estimator | None = None) -> Plan:
     """Place what can be placed now, inside the caller's transaction."""
-    if session.get_bind().dialect.name == "postgresql":
-        session.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": SCHEDULER_LOCK_ID})
-    snapshot, pending, gpus = read_snapshot(session)
-    plan = place(snapshot)
+    lock_placements(session)
+    snapshot, pending, gpus = read_snapshot(session, estimator)
+    plan = scheduler.place(snapshot)
     for placement in plan.placements:
         jobs.start_attempt(
             session=session,
@@ -91,18 +164,35 @@ def run_cycle(session: Session) -> Plan:
             node_id=placement.node_id,
             gpus=[gpus[gpu_id] for gpu_id in placement.gpu_ids],
             reserved_mib=placement.reserved_mib,
+            why=f"score {placement.score}",
         )
     for job_id, reason in plan.waiting.items():
         pending[job_id].reason = reason
+    for victim, for_job in plan.preemptions.items():
+        jobs.preempt(session=session, job=jobs.get(session=session, job_id=victim), for_job=for_job)
     return plan
+
+
+def explain_job(
+    session: Session, scheduler: Scheduler, job_id: int, estimator: Estimator | None = None
+) -> Explanation:
+    snapshot, _pending, _gpus = read_snapshot(session, estimator)
+    return explain(scheduler, snapshot, job_id)
 
 
 class SchedulerLoop:
     """Runs a cycle every `schedule_interval_s` on a background thread."""
 
-    def __init__(self, sessions: sessionmaker[Session], settings: Settings) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        settings: Settings,
+        estimator: Callable[[Session], Estimator],
+    ) -> None:
         self._sessions = sessions
         self._interval_s = settings.schedule_interval_s
+        self._scheduler = Scheduler(settings.scheduler())
+        self._estimator = estimator
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="colloc-scheduler", daemon=True)
 
@@ -115,8 +205,10 @@ class SchedulerLoop:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
+            started = time.monotonic()
             try:
                 with transaction(self._sessions) as session:
-                    run_cycle(session)
+                    run_cycle(session, self._scheduler, self._estimator(session))
             except Exception:  # the database may be restarting: try again next tick
                 log.exception("scheduling cycle failed")
+            log.debug("scheduling cycle took %.3f s", time.monotonic() - started)

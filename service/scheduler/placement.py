@@ -1,66 +1,390 @@
-"""Placement v0: first job in priority order, best-fitting GPUs on one node.
+"""The scheduler: queue order -> quota check -> filters -> scorers -> pick, per job.
 
-Pure: it reads a `Snapshot` and returns a `Plan`, so the service, a simulator and
-unit tests run the same code.
+Pure: `Scheduler.place(snapshot)` reads a Snapshot and returns a Plan, so the service,
+the simulator and the tests run the same code. One constructor wires the pipeline
+from configuration (Nomad's scheduler/stack.go is the model):
+
+1. queue order (a QueueSort plugin); jobs backing off after an OOM wait;
+2. quotas per user and per queue (GPUs, memory);
+3. candidates: a per-model index of GPUs sorted by free memory yields, for each
+   allowed model, the few GPUs with the least and the most room that can hold the
+   job (the "limit" stage that keeps a cycle fast on thousands of GPUs);
+4. filters (authoritative: every candidate passes all of them);
+5. scorers, weighted; a gang job takes the best N GPUs of one node (several nodes
+   only when it allows that);
+6. the first job that cannot be placed has GPUs held for it, so that smaller jobs
+   behind it (backfill) cannot starve it, or, with preemption on, lower-priority
+   preemptible jobs are chosen to make room.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import bisect
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
-from service.scheduler.snapshot import GpuView, PendingJob, Placement, Plan, Snapshot
-
-
-def _fits(job: PendingJob, gpu: GpuView) -> bool:
-    if not gpu.healthy:
-        return False
-    if job.gpu_models is not None and gpu.model not in job.gpu_models:
-        return False
-    if job.exclusive:
-        return gpu.jobs == 0 and gpu.free_mib >= job.memory_mib
-    return gpu.free_mib >= job.memory_mib
-
-
-def _reservation(job: PendingJob, gpu: GpuView) -> int:
-    return gpu.memory_total_mib if job.exclusive else job.memory_mib
+from service.scheduler import plugins  # noqa: F401  (registers the built-in plugins)
+from service.scheduler.framework import Context, SchedulerConfig, build_plugins
+from service.scheduler.snapshot import (
+    GpuView,
+    PendingJob,
+    Placement,
+    Plan,
+    RunningJob,
+    Snapshot,
+)
 
 
-def _choose(job: PendingJob, snapshot: Snapshot, gpus: dict[int, GpuView]) -> Placement | None:
-    """The node whose fitting GPUs leave the least memory over, and those GPUs."""
-    best: tuple[int, int, tuple[GpuView, ...]] | None = None
-    for node in snapshot.nodes:
-        if not node.ready:
-            continue
-        fitting = sorted(
-            (gpu for gpu in gpus.values() if gpu.node_id == node.id and _fits(job, gpu)),
-            key=lambda gpu: (gpu.free_mib - _reservation(job, gpu), gpu.index),
+def _gib(mib: float) -> str:
+    return f"{mib / 1024:.1f} GiB"
+
+
+def _without(gpu: GpuView, mib: int, jobs: int) -> GpuView:
+    """The GPU as it would be with `jobs` jobs holding `mib` gone."""
+    return replace(
+        gpu,
+        reserved_mib=gpu.reserved_mib - mib,
+        used_mib=max(0, gpu.used_mib - mib),
+        jobs=gpu.jobs - jobs,
+    )
+
+
+@dataclass
+class _Usage:
+    gpus: int = 0
+    memory_mib: int = 0
+
+
+class _State:
+    """The cluster as this cycle's placements change it."""
+
+    def __init__(self, snapshot: Snapshot, ctx: Context) -> None:
+        self.ctx = ctx
+        self.headroom = ctx.config.headroom_mib
+        self.gpus = {gpu.id: gpu for gpu in snapshot.gpus}
+        self.held: dict[int, int] = {}  # gpu id -> job it is held for
+        self.index: dict[str, list[tuple[int, int]]] = {}
+        for gpu in self.gpus.values():
+            if self._indexable(gpu):
+                self.index.setdefault(gpu.model, []).append((gpu.free_mib(self.headroom), gpu.id))
+        for entries in self.index.values():
+            entries.sort()
+        self.users: dict[str, _Usage] = {}
+        self.queues: dict[str, _Usage] = {}
+        for job in snapshot.running:
+            self._count(job.owner, job.queue, len(job.gpu_ids), job.reserved_mib * len(job.gpu_ids))
+
+    def _indexable(self, gpu: GpuView) -> bool:
+        return (
+            gpu.healthy
+            and self.ctx.nodes[gpu.node_id].ready
+            and gpu.jobs < self.ctx.config.max_jobs_per_gpu
         )
-        if len(fitting) < job.gpus:
-            continue
-        chosen = tuple(fitting[: job.gpus])
-        leftover = sum(gpu.free_mib - _reservation(job, gpu) for gpu in chosen)
-        if best is None or (leftover, node.id) < (best[0], best[1]):
-            best = (leftover, node.id, chosen)
-    if best is None:
+
+    def _count(self, owner: str, queue: str, gpus: int, memory_mib: int) -> None:
+        for usage in (
+            self.users.setdefault(owner, _Usage()),
+            self.queues.setdefault(queue, _Usage()),
+        ):
+            usage.gpus += gpus
+            usage.memory_mib += memory_mib
+
+    def quota_problem(self, job: PendingJob, memory_mib: int) -> str | None:
+        """Why placing `job` with `memory_mib` in all would break a quota, if it would."""
+        quotas = self.ctx.config.quotas
+        for scope, name, limit, usage in (
+            ("user", job.owner, quotas.users.get(job.owner), self.users.get(job.owner)),
+            ("queue", job.queue, quotas.queues.get(job.queue), self.queues.get(job.queue)),
+        ):
+            used = usage or _Usage()
+            if limit is None:
+                continue
+            if limit.gpus is not None and used.gpus + job.gpus > limit.gpus:
+                return (
+                    f"{scope} {name} quota: {used.gpus} of {limit.gpus} GPUs in use, "
+                    f"job needs {job.gpus}"
+                )
+            if limit.memory_mib is not None and used.memory_mib + memory_mib > limit.memory_mib:
+                return (
+                    f"{scope} {name} quota: {_gib(used.memory_mib)} of "
+                    f"{_gib(limit.memory_mib)} in use, job needs {_gib(memory_mib)}"
+                )
         return None
-    _leftover, node_id, chosen = best
-    return Placement(job.id, node_id, tuple(g.id for g in chosen), _reservation(job, chosen[0]))
+
+    def candidates(self, job: PendingJob, include_held: bool = False) -> Iterable[GpuView]:
+        """GPUs worth filtering for `job`: by model, those that can hold it (all of them
+        for gang jobs, a few at each end of the free-memory order otherwise)."""
+        k = self.ctx.config.candidates_per_model
+        models = job.gpu_models if job.gpu_models is not None else self.index.keys()
+        for model in models:
+            entries = self.index.get(model, [])
+            demand = job.demand_for(model)
+            if demand is None or not entries:
+                continue
+            start = bisect.bisect_left(entries, (demand, -1))
+            feasible = entries[start:]
+            if job.exclusive:
+                feasible = [e for e in reversed(feasible) if self.gpus[e[1]].jobs == 0]
+            if job.gpus == 1 and len(feasible) > 2 * k:
+                feasible = feasible[:k] + feasible[-k:]
+            for _free, gpu_id in feasible:
+                if include_held or gpu_id not in self.held:
+                    yield self.gpus[gpu_id]
+
+    def largest_free(self, job: PendingJob) -> int:
+        models = job.gpu_models if job.gpu_models is not None else self.index.keys()
+        return max((self.index[m][-1][0] for m in models if self.index.get(m)), default=0)
+
+    def reserve(self, job: PendingJob, gpu_ids: tuple[int, ...], reserved: tuple[int, ...]) -> None:
+        for gpu_id, mib in zip(gpu_ids, reserved, strict=True):
+            old = self.gpus[gpu_id]
+            if self._indexable(old):
+                entries = self.index[old.model]
+                entries.pop(bisect.bisect_left(entries, (old.free_mib(self.headroom), old.id)))
+            new = replace(old, reserved_mib=old.reserved_mib + mib, jobs=old.jobs + 1)
+            self.gpus[gpu_id] = new
+            if self._indexable(new):
+                bisect.insort(self.index[new.model], (new.free_mib(self.headroom), new.id))
+        self._count(job.owner, job.queue, len(gpu_ids), sum(reserved))
 
 
-def place(snapshot: Snapshot) -> Plan:
-    """Place pending jobs, highest priority first, oldest first within a priority."""
-    gpus = {gpu.id: gpu for gpu in snapshot.gpus}
-    plan = Plan()
-    for job in sorted(snapshot.pending, key=lambda j: (-j.priority, j.id)):
-        placement = _choose(job, snapshot, gpus)
-        if placement is None:
-            need = "idle GPU(s)" if job.exclusive else f"GPU(s) with {job.memory_mib} MiB free"
-            plan.waiting[job.id] = f"no ready node has {job.gpus} {need} that match the job"
-            continue
-        plan.placements.append(placement)
-        for gpu_id in placement.gpu_ids:
-            gpu = gpus[gpu_id]
-            gpus[gpu_id] = replace(
-                gpu, reserved_mib=gpu.reserved_mib + placement.reserved_mib, jobs=gpu.jobs + 1
+class Scheduler:
+    """The configured pipeline; `place` and `explain` are pure functions of a snapshot."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.queue_sort, self.filters, self.scorers = build_plugins(config)
+
+    def _context(self, snapshot: Snapshot) -> Context:
+        return Context(self.config, {node.id: node for node in snapshot.nodes})
+
+    def _passes(self, job: PendingJob, gpu: GpuView, ctx: Context) -> bool:
+        return all(f.check(job, gpu, ctx).ok for _name, f in self.filters)
+
+    def _score(self, job: PendingJob, gpu: GpuView, pool: list[GpuView], ctx: Context) -> float:
+        return sum(weight * s.score(job, gpu, pool, ctx) for s, weight in self.scorers)
+
+    def _reserved(self, job: PendingJob, gpu: GpuView) -> int:
+        if job.exclusive:
+            return gpu.memory_total_mib
+        demand = job.demand_for(gpu.model)
+        assert demand is not None
+        return demand
+
+    def _choose(self, job: PendingJob, state: _State) -> Placement | str:
+        ctx = state.ctx
+        pool = [gpu for gpu in state.candidates(job) if self._passes(job, gpu, ctx)]
+        scored = sorted(
+            ((self._score(job, g, pool, ctx), g) for g in pool),
+            key=lambda pair: (-pair[0], pair[1].id),
+        )
+        by_node: dict[int, list[tuple[float, GpuView]]] = {}
+        for score, gpu in scored:
+            by_node.setdefault(gpu.node_id, []).append((score, gpu))
+        best: tuple[float, int, list[tuple[float, GpuView]]] | None = None
+        for node_id, ranked in by_node.items():
+            if len(ranked) >= job.gpus:
+                chosen = ranked[: job.gpus]
+                mean = sum(score for score, _g in chosen) / job.gpus
+                if best is None or (-mean, node_id) < (-best[0], best[1]):
+                    best = (mean, node_id, chosen)
+        if best is None and job.multi_node and len(scored) >= job.gpus:
+            chosen = scored[: job.gpus]
+            best = (sum(s for s, _g in chosen) / job.gpus, chosen[0][1].node_id, chosen)
+        if best is None:
+            return self._why_not(job, state, by_node)
+        gpus = sorted((g for _s, g in best[2]), key=lambda g: (g.node_id, g.index))
+        return Placement(
+            job.id,
+            best[1],
+            tuple(g.id for g in gpus),
+            tuple(self._reserved(job, g) for g in gpus),
+            round(best[0], 2),
+        )
+
+    def _why_not(
+        self, job: PendingJob, state: _State, by_node: dict[int, list[tuple[float, GpuView]]]
+    ) -> str:
+        held = {
+            state.held[g.id]
+            for g in state.candidates(job, include_held=True)
+            if g.id in state.held and self._passes(job, g, state.ctx)
+        }
+        if held:
+            return (
+                f"the GPUs that would fit are held for job(s) "
+                f"{', '.join(map(str, sorted(held)))} ahead of it in the queue"
             )
-    return plan
+        if by_node:
+            most = max(len(gpus) for gpus in by_node.values())
+            return f"needs {job.gpus} GPUs on one node; at most {most} fit on any node now"
+        if job.exclusive:
+            return "needs an idle GPU; none that matches is free"
+        demands = sorted({d for d in job.demand_mib.values()}) or [job.default_demand_mib or 0]
+        return (
+            f"needs {_gib(demands[0])} per GPU; the most free on an eligible GPU is "
+            f"{_gib(state.largest_free(job))}"
+        )
+
+    def _hold(self, job: PendingJob, state: _State) -> list[int]:
+        """GPUs to keep for a blocked job: on the node where it fits once they empty,
+        the ones with the most room now (the soonest to be free)."""
+        ctx = state.ctx
+        by_node: dict[int, list[GpuView]] = {}
+        for gpu in state.gpus.values():
+            empty = replace(gpu, reserved_mib=0, used_mib=0, jobs=0)
+            if gpu.id not in state.held and self._passes(job, empty, ctx):
+                by_node.setdefault(gpu.node_id, []).append(gpu)
+        best: list[GpuView] = []
+        best_free = -1
+        for gpus in by_node.values():
+            if len(gpus) < job.gpus:
+                continue
+            chosen = sorted(gpus, key=lambda g: -g.free_mib(state.headroom))[: job.gpus]
+            free = sum(g.free_mib(state.headroom) for g in chosen)
+            if free > best_free:
+                best, best_free = chosen, free
+        for gpu in best:
+            state.held[gpu.id] = job.id
+        return [g.id for g in best]
+
+    def _preempt(self, job: PendingJob, state: _State, snapshot: Snapshot) -> list[int]:
+        """The fewest lower-priority preemptible jobs (lowest priority, newest first) whose
+        removal lets `job` fit on one node; their GPUs are held for it."""
+        ctx = state.ctx
+        eligible = sorted(
+            (r for r in snapshot.running if r.preemptible and r.priority < job.priority),
+            key=lambda r: (r.priority, -r.id),
+        )
+        by_node: dict[int, list[RunningJob]] = {}
+        for running in eligible:
+            by_node.setdefault(state.gpus[running.gpu_ids[0]].node_id, []).append(running)
+        best: tuple[list[int], list[int]] | None = None  # victims, GPUs to hold
+        for node_id, victims in sorted(by_node.items()):
+            freed: dict[int, tuple[int, int]] = {}  # gpu id -> (MiB, jobs) released
+            chosen: list[int] = []
+            for running in victims:
+                chosen.append(running.id)
+                for gpu_id in running.gpu_ids:
+                    mib, count = freed.get(gpu_id, (0, 0))
+                    freed[gpu_id] = (mib + running.reserved_mib, count + 1)
+                fits = [
+                    gpu.id
+                    for gpu in state.gpus.values()
+                    if gpu.node_id == node_id
+                    and self._passes(job, _without(gpu, *freed.get(gpu.id, (0, 0))), ctx)
+                ]
+                if len(fits) >= job.gpus:
+                    if best is None or len(chosen) < len(best[0]):
+                        best = (list(chosen), fits[: job.gpus])
+                    break
+        if best is None:
+            return []
+        for gpu_id in best[1]:
+            state.held[gpu_id] = job.id
+        return best[0]
+
+    def place(self, snapshot: Snapshot) -> Plan:
+        """Place what can be placed now, in queue order."""
+        state = _State(snapshot, self._context(snapshot))
+        plan = Plan()
+        blocked_head = False
+        for job in sorted(snapshot.pending, key=self.queue_sort.key):
+            if job.not_before and snapshot.now and job.not_before > snapshot.now:
+                plan.waiting[job.id] = (
+                    f"backing off after an OOM until {job.not_before:%Y-%m-%d %H:%M:%S} UTC"
+                )
+                continue
+            choice = self._choose(job, state)
+            problem = (
+                state.quota_problem(job, sum(choice.reserved_mib))
+                if isinstance(choice, Placement)
+                else state.quota_problem(job, 0)
+            )
+            if problem:
+                plan.waiting[job.id] = problem
+                continue
+            if isinstance(choice, str):
+                plan.waiting[job.id] = choice
+                if not blocked_head:
+                    blocked_head = True
+                    self._make_room(job, state, snapshot, plan)
+                continue
+            state.reserve(job, choice.gpu_ids, choice.reserved_mib)
+            plan.placements.append(choice)
+        plan.held = state.held
+        return plan
+
+    def _make_room(self, job: PendingJob, state: _State, snapshot: Snapshot, plan: Plan) -> None:
+        if self.config.preemption:
+            victims = self._preempt(job, state, snapshot)
+            if victims:
+                for victim in victims:
+                    plan.preemptions[victim] = job.id
+                plan.waiting[job.id] += f"; preempting job(s) {', '.join(map(str, victims))}"
+                return
+        if self.config.backfill:
+            held = self._hold(job, state)
+            if held:
+                plan.waiting[job.id] += "; GPUs are held for it while smaller jobs backfill"
+
+
+@dataclass(frozen=True)
+class GpuVerdict:
+    node: str
+    gpu_id: int
+    index: int
+    model: str
+    free_mib: int
+    demand_mib: int | None
+    fits: bool
+    reasons: tuple[str, ...]
+    score: float | None
+    held_for: int | None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    job_id: int
+    summary: str
+    gpus: tuple[GpuVerdict, ...]
+
+
+def explain(scheduler: Scheduler, snapshot: Snapshot, job_id: int) -> Explanation:
+    """Why a pending job waits (or where it would go now), GPU by GPU, with numbers."""
+    job = next((j for j in snapshot.pending if j.id == job_id), None)
+    if job is None:
+        raise KeyError(job_id)
+    plan = scheduler.place(snapshot)
+    placed = next((p for p in plan.placements if p.job_id == job_id), None)
+    ctx = scheduler._context(snapshot)
+    pool = [g for g in snapshot.gpus if scheduler._passes(job, g, ctx)]
+    verdicts = []
+    for gpu in sorted(snapshot.gpus, key=lambda g: (ctx.nodes[g.node_id].name, g.index)):
+        reasons = tuple(
+            f"{name}: {status.reason}"
+            for name, check in scheduler.filters
+            if not (status := check.check(job, gpu, ctx)).ok
+        )
+        verdicts.append(
+            GpuVerdict(
+                node=ctx.nodes[gpu.node_id].name,
+                gpu_id=gpu.id,
+                index=gpu.index,
+                model=gpu.model,
+                free_mib=gpu.free_mib(scheduler.config.headroom_mib),
+                demand_mib=job.demand_for(gpu.model),
+                fits=not reasons,
+                reasons=reasons,
+                score=None if reasons else round(scheduler._score(job, gpu, pool, ctx), 2),
+                held_for=plan.held.get(gpu.id),
+            )
+        )
+    if placed is not None:
+        where = ", ".join(
+            f"{ctx.nodes[placed.node_id].name} GPU {gpu_id}" for gpu_id in placed.gpu_ids
+        )
+        summary = f"fits now: the next cycle places it on {where} (score {placed.score})"
+    else:
+        summary = plan.waiting.get(job_id, "waiting")
+    return Explanation(job_id, summary, tuple(verdicts))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 
 @dataclass(frozen=True)
@@ -12,15 +14,18 @@ class GpuView:
     index: int
     model: str
     memory_total_mib: int
-    reserved_mib: int
-    foreign_mib: int
+    reserved_mib: int  # sum of the reservations of jobs placed here
+    used_mib: int  # what Colloc's jobs here were last seen using
+    foreign_mib: int  # memory of processes Colloc did not start
+    utilization_pct: float
     healthy: bool
     jobs: int
+    uuid: str = ""
 
-    @property
-    def free_mib(self) -> int:
-        """Capacity left after reservations and memory of processes Colloc did not start."""
-        return self.memory_total_mib - self.reserved_mib - self.foreign_mib
+    def free_mib(self, headroom_mib: int) -> int:
+        """capacity - max(reserved, observed) - foreign - headroom (issue 4's accounting)."""
+        taken = max(self.reserved_mib, self.used_mib)
+        return self.memory_total_mib - taken - self.foreign_mib - headroom_mib
 
 
 @dataclass(frozen=True)
@@ -34,16 +39,38 @@ class NodeView:
 class PendingJob:
     """A job waiting for GPUs.
 
-    `exclusive` jobs (no memory claim) need idle GPUs and reserve them whole;
-    `memory_mib` is then the least capacity such a GPU must have.
+    `demand_mib` holds what one GPU of each model must have free (the estimate's
+    upper bound or the user's claim). `exclusive` jobs (nothing known of their memory)
+    need idle GPUs and reserve them whole; their `demand_mib` is the least capacity.
     """
 
     id: int
     priority: int
     gpus: int
-    memory_mib: int
-    exclusive: bool
+    demand_mib: Mapping[str, int]
+    exclusive: bool = False
+    owner: str = "anonymous"
+    queue: str = "default"
     gpu_models: frozenset[str] | None = None
+    multi_node: bool = False
+    not_before: datetime | None = None
+    default_demand_mib: int | None = None  # for models with no per-model figure
+
+    def demand_for(self, model: str) -> int | None:
+        return self.demand_mib.get(model, self.default_demand_mib)
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """An active job, as quotas and preemption see it."""
+
+    id: int
+    priority: int
+    owner: str
+    queue: str
+    gpu_ids: tuple[int, ...]
+    reserved_mib: int
+    preemptible: bool = False
 
 
 @dataclass(frozen=True)
@@ -51,6 +78,8 @@ class Snapshot:
     nodes: tuple[NodeView, ...]
     gpus: tuple[GpuView, ...]
     pending: tuple[PendingJob, ...]
+    running: tuple[RunningJob, ...] = ()
+    now: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -58,10 +87,13 @@ class Placement:
     job_id: int
     node_id: int
     gpu_ids: tuple[int, ...]
-    reserved_mib: int
+    reserved_mib: tuple[int, ...]  # per GPU, in gpu_ids order
+    score: float = 0.0
 
 
 @dataclass
 class Plan:
     placements: list[Placement] = field(default_factory=list)
     waiting: dict[int, str] = field(default_factory=dict)  # job id -> why it waits
+    preemptions: dict[int, int] = field(default_factory=dict)  # victim job -> for job
+    held: dict[int, int] = field(default_factory=dict)  # GPU id -> job it is held for

@@ -14,8 +14,9 @@ GPU0 = "GPU-n1-0"
 
 
 def cycle(client: TestClient) -> None:
-    with transaction(client.app.state.sessions) as session:  # type: ignore[attr-defined]
-        run_cycle(session)
+    state = client.app.state  # type: ignore[attr-defined]
+    with transaction(state.sessions) as session:
+        run_cycle(session, state.scheduler, state.estimator_state.sync(session))
 
 
 def beat(

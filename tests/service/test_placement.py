@@ -1,87 +1,201 @@
-"""Placement v0 as a pure function of a snapshot."""
+"""The scheduler core as a pure function of a snapshot."""
 
 from __future__ import annotations
 
-from service.scheduler.placement import place
-from service.scheduler.snapshot import GpuView, NodeView, PendingJob, Snapshot
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from service.scheduler.framework import Limit, Quotas, SchedulerConfig, UnknownPluginError
+from service.scheduler.placement import Scheduler, explain
+from service.scheduler.snapshot import GpuView, NodeView, PendingJob, RunningJob, Snapshot
+
+T4, A100 = "Tesla T4", "NVIDIA A100-SXM4-40GB"
+NODES = (NodeView(1, "a", True), NodeView(2, "b", True))
+NO_HEADROOM = SchedulerConfig(headroom_mib=0)
 
 
-def gpu(gpu_id: int, node_id: int, total: int, model: str = "Tesla T4", **kw: object) -> GpuView:
-    fields: dict[str, object] = dict(
-        index=gpu_id, reserved_mib=0, foreign_mib=0, healthy=True, jobs=0
+def gpu(gpu_id: int, node_id: int, total: int = 15360, model: str = T4, **kw: Any) -> GpuView:
+    fields: dict[str, Any] = dict(
+        index=gpu_id,
+        reserved_mib=0,
+        used_mib=0,
+        foreign_mib=0,
+        utilization_pct=0.0,
+        healthy=True,
+        jobs=0,
     )
     fields.update(kw)
-    return GpuView(id=gpu_id, node_id=node_id, model=model, memory_total_mib=total, **fields)  # type: ignore[arg-type]
+    return GpuView(id=gpu_id, node_id=node_id, model=model, memory_total_mib=total, **fields)
 
 
-def job(job_id: int, memory: int, gpus: int = 1, **kw: object) -> PendingJob:
-    fields: dict[str, object] = dict(priority=0, exclusive=False, gpu_models=None)
+def job(job_id: int, memory: int | None = None, gpus: int = 1, **kw: Any) -> PendingJob:
+    fields: dict[str, Any] = dict(priority=0, demand_mib={}, default_demand_mib=memory)
     fields.update(kw)
-    return PendingJob(id=job_id, gpus=gpus, memory_mib=memory, **fields)  # type: ignore[arg-type]
+    return PendingJob(id=job_id, gpus=gpus, **fields)
 
 
-NODES = (NodeView(1, "a", True), NodeView(2, "b", True))
+def place(
+    gpus: tuple[GpuView, ...],
+    jobs: tuple[PendingJob, ...],
+    config: SchedulerConfig = NO_HEADROOM,
+    nodes: tuple[NodeView, ...] = NODES,
+    **kw: Any,
+) -> Any:
+    return Scheduler(config).place(Snapshot(nodes, gpus, jobs, **kw))
 
 
-def test_best_fit_picks_the_gpu_with_least_memory_left_over() -> None:
-    snapshot = Snapshot(NODES, (gpu(1, 1, 40960), gpu(2, 2, 15360)), (job(1, 10000),))
-    (placement,) = place(snapshot).placements
-    assert placement.gpu_ids == (2,)
-    assert placement.reserved_mib == 10000
+def test_binpack_fills_the_fullest_gpu_that_still_fits() -> None:
+    gpus = (gpu(1, 1), gpu(2, 1, reserved_mib=8000, jobs=1), gpu(3, 1, reserved_mib=12000, jobs=1))
+    (placement,) = place(gpus, (job(1, 5000),)).placements
+    assert placement.gpu_ids == (2,) and placement.reserved_mib == (5000,)
 
 
-def test_jobs_share_a_gpu_while_memory_allows_and_wait_after() -> None:
-    snapshot = Snapshot(NODES[:1], (gpu(1, 1, 15360),), (job(1, 6000), job(2, 6000), job(3, 6000)))
-    plan = place(snapshot)
-    assert [p.job_id for p in plan.placements] == [1, 2]
-    assert 3 in plan.waiting
+def test_spread_takes_the_emptiest_gpu() -> None:
+    gpus = (gpu(1, 1), gpu(2, 1, reserved_mib=8000, jobs=1))
+    spread = SchedulerConfig(headroom_mib=0, scorers={"spread": 1.0})
+    assert place(gpus, (job(1, 5000),), spread).placements[0].gpu_ids == (1,)
 
 
-def test_reservations_and_foreign_memory_count_against_free_memory() -> None:
-    busy = gpu(1, 1, 15360, reserved_mib=8000, foreign_mib=2000, jobs=1)
-    plan = place(Snapshot(NODES[:1], (busy,), (job(1, 5361), job(2, 5360))))
-    assert [p.job_id for p in plan.placements] == [2]
+def test_model_fit_keeps_big_gpus_for_big_jobs() -> None:
+    gpus = (gpu(1, 1, 40960, A100, reserved_mib=28000, jobs=1), gpu(2, 2))
+    assert place(gpus, (job(1, 10000),)).placements[0].gpu_ids == (2,)
+    binpack_only = SchedulerConfig(headroom_mib=0, scorers={"binpack": 1.0})
+    assert place(gpus, (job(1, 10000),), binpack_only).placements[0].gpu_ids == (1,)
 
 
-def test_gang_needs_all_gpus_on_one_node() -> None:
-    gpus = (gpu(1, 1, 15360), gpu(2, 2, 15360, index=0), gpu(3, 2, 15360, index=1))
-    plan = place(Snapshot(NODES, gpus, (job(1, 1000, gpus=2), job(2, 1000, gpus=3))))
-    (placement,) = plan.placements
-    assert placement.job_id == 1 and placement.node_id == 2 and placement.gpu_ids == (2, 3)
+def test_jobs_collocate_until_memory_or_the_job_cap_runs_out() -> None:
+    jobs = tuple(job(i, 3000) for i in range(1, 7))
+    plan = place((gpu(1, 1),), jobs, SchedulerConfig(headroom_mib=0, max_jobs_per_gpu=4))
+    assert [p.job_id for p in plan.placements] == [1, 2, 3, 4]
+    assert (
+        "cap 4"
+        in explain(
+            Scheduler(NO_HEADROOM),
+            Snapshot(NODES, (gpu(1, 1, jobs=4, reserved_mib=12000),), (job(9, 1000),)),
+            9,
+        )
+        .gpus[0]
+        .reasons[0]
+    )
+
+
+def test_accounting_counts_observed_use_foreign_memory_and_headroom() -> None:
+    over = gpu(1, 1, reserved_mib=4000, used_mib=9000, jobs=1)  # a job above its reservation
+    assert place((over,), (job(1, 6361),)).waiting
+    assert place((over,), (job(1, 6360),)).placements
+    foreign = gpu(1, 1, foreign_mib=5000)
+    config = SchedulerConfig(headroom_mib=360)
+    assert place((foreign,), (job(1, 10001),), config).waiting
+    assert place((foreign,), (job(1, 10000),), config).placements
+
+
+def test_per_model_demands_from_the_estimator() -> None:
+    gpus = (gpu(1, 1, 40960, A100), gpu(2, 2))
+    needs_more_on_t4 = job(1, demand_mib={T4: 16000, A100: 15000}, default_demand_mib=None)
+    assert place(gpus, (needs_more_on_t4,)).placements[0].gpu_ids == (1,)
+    no_estimate = job(2, demand_mib={A100: 15000}, default_demand_mib=None)
+    plan = place((gpu(2, 2),), (no_estimate,))
     assert 2 in plan.waiting
 
 
-def test_model_constraint_and_health_and_node_readiness() -> None:
+def test_gang_jobs_take_all_their_gpus_on_one_node_or_wait() -> None:
+    gpus = (gpu(1, 1), gpu(2, 2, index=0), gpu(3, 2, index=1))
+    plan = place(gpus, (job(1, 1000, gpus=2), job(2, 1000, gpus=3)))
+    (placement,) = plan.placements
+    assert placement.node_id == 2 and placement.gpu_ids == (2, 3)
+    assert "at most 2 fit on any node" in plan.waiting[2] or "on one node" in plan.waiting[2]
+    spanning = place(gpus, (job(3, 1000, gpus=3, multi_node=True),))
+    assert sorted(spanning.placements[0].gpu_ids) == [1, 2, 3]
+
+
+def test_health_readiness_models_and_busy_gpus_are_filtered() -> None:
     nodes = (NodeView(1, "a", True), NodeView(2, "b", False))
     gpus = (
-        gpu(1, 1, 40960, model="NVIDIA A100-SXM4-40GB", healthy=False),
-        gpu(2, 1, 15360),
-        gpu(3, 2, 40960, model="NVIDIA A100-SXM4-40GB"),
+        gpu(1, 1, healthy=False),
+        gpu(2, 1, utilization_pct=95.0, jobs=1, reserved_mib=100),
+        gpu(3, 2),
+        gpu(4, 1, 40960, A100),
     )
-    constrained = job(1, 1000, gpu_models=frozenset({"NVIDIA A100-SXM4-40GB"}))
-    plan = place(Snapshot(nodes, gpus, (constrained, job(2, 1000))))
-    assert [(p.job_id, p.gpu_ids) for p in plan.placements] == [(2, (2,))]
+    plan = place(gpus, (job(1, 1000, gpu_models=frozenset({T4})), job(2, 1000)), nodes=nodes)
     assert 1 in plan.waiting
+    assert plan.placements[0].gpu_ids == (4,)
 
 
 def test_exclusive_jobs_take_an_idle_gpu_whole() -> None:
-    gpus = (gpu(1, 1, 15360, reserved_mib=1000, jobs=1), gpu(2, 1, 15360, index=1))
-    plan = place(Snapshot(NODES[:1], gpus, (job(1, 0, exclusive=True), job(2, 100))))
+    gpus = (gpu(1, 1, reserved_mib=1000, jobs=1), gpu(2, 1, index=1))
+    plan = place(gpus, (job(1, 0, exclusive=True), job(2, 100)))
     first, second = plan.placements
-    assert (first.gpu_ids, first.reserved_mib) == ((2,), 15360)
+    assert (first.gpu_ids, first.reserved_mib) == ((2,), (15360,))
     assert second.gpu_ids == (1,)
 
 
-def test_exclusive_job_with_a_floor_needs_a_big_enough_gpu() -> None:
-    gpus = (gpu(1, 1, 15360), gpu(2, 2, 40960, model="NVIDIA A100-SXM4-40GB"))
-    (placement,) = place(Snapshot(NODES, gpus, (job(1, 18000, exclusive=True),))).placements
-    assert placement.gpu_ids == (2,) and placement.reserved_mib == 40960
+def test_priority_then_fifo_and_backfill_keeps_gpus_for_the_blocked_head() -> None:
+    gpus = (gpu(1, 1, reserved_mib=10000, jobs=1), gpu(2, 2, reserved_mib=3000, jobs=1))
+    jobs = (job(1, 14000, priority=5), job(2, 2000), job(3, 2000), job(4, 2000, priority=1))
+    plan = place(gpus, jobs)
+    # job 1 (highest priority) fits nowhere now; GPU 2, where it fits soonest, is held
+    assert "held" in plan.waiting[1] and plan.held == {2: 1}
+    assert all(p.gpu_ids == (1,) for p in plan.placements)
+    assert [p.job_id for p in plan.placements] == [4, 2]  # priority, then FIFO
+    no_backfill = SchedulerConfig(headroom_mib=0, backfill=False)
+    assert {p.gpu_ids for p in place(gpus, jobs, no_backfill).placements} == {(1,), (2,)}
 
 
-def test_higher_priority_first_then_oldest() -> None:
-    snapshot = Snapshot(
-        NODES[:1], (gpu(1, 1, 15360),), (job(1, 10000), job(2, 10000, priority=5), job(3, 10000))
+def test_quotas_per_user_and_queue() -> None:
+    quotas = Quotas(users={"ann": Limit(gpus=2)}, queues={"small": Limit(memory_mib=5000)})
+    config = SchedulerConfig(headroom_mib=0, quotas=quotas)
+    running = (RunningJob(9, 0, "ann", "default", (1,), 1000),)
+    gpus = (gpu(1, 1, reserved_mib=1000, jobs=1), gpu(2, 1, index=1), gpu(3, 1, index=2))
+    jobs = (
+        job(1, 1000, owner="ann"),
+        job(2, 1000, owner="ann"),
+        job(3, 3000, queue="small"),
+        job(4, 3000, queue="small"),
+        job(5, 1000, owner="bob"),
     )
-    plan = place(snapshot)
-    assert [p.job_id for p in plan.placements] == [2]
-    assert set(plan.waiting) == {1, 3}
+    plan = place(gpus, jobs, config, running=running)
+    assert {p.job_id for p in plan.placements} == {1, 3, 5}
+    assert "user ann quota: 2 of 2 GPUs" in plan.waiting[2]
+    assert "queue small quota" in plan.waiting[4]
+
+
+def test_preemption_only_of_lower_priority_preemptible_jobs() -> None:
+    gpus = (gpu(1, 1, reserved_mib=12000, jobs=1), gpu(2, 2, reserved_mib=12000, jobs=1))
+    running = (
+        RunningJob(7, 0, "x", "default", (1,), 12000, preemptible=False),
+        RunningJob(8, 0, "x", "default", (2,), 12000, preemptible=True),
+        RunningJob(9, 9, "x", "default", (2,), 0, preemptible=True),
+    )
+    urgent = job(1, 10000, priority=5)
+    config = SchedulerConfig(headroom_mib=0, preemption=True)
+    plan = place(gpus, (urgent,), config, running=running)
+    assert plan.preemptions == {8: 1} and plan.held == {2: 1}
+    assert place(gpus, (urgent,), NO_HEADROOM, running=running).preemptions == {}
+
+
+def test_jobs_backing_off_wait() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    later = job(1, 1000, not_before=now + timedelta(seconds=30))
+    plan = place((gpu(1, 1),), (later,), now=now)
+    assert "backing off" in plan.waiting[1]
+    assert place((gpu(1, 1),), (replace(later, not_before=now),), now=now).placements
+
+
+def test_explain_gives_numbers_per_gpu() -> None:
+    gpus = (gpu(1, 1, reserved_mib=12000, jobs=1), gpu(2, 2, 40960, A100))
+    snapshot = Snapshot(NODES, gpus, (job(1, 8000, gpu_models=frozenset({T4})),))
+    explanation = explain(Scheduler(NO_HEADROOM), snapshot, 1)
+    t4, a100 = explanation.gpus
+    assert not t4.fits and "needs 7.8 GiB, GPU has 3.3 GiB free" in t4.reasons[0]
+    assert not a100.fits and "job wants Tesla T4" in a100.reasons[0]
+    assert "needs 7.8 GiB per GPU" in explanation.summary
+    with pytest.raises(KeyError):
+        explain(Scheduler(NO_HEADROOM), snapshot, 99)
+
+
+def test_plugins_come_from_the_registry() -> None:
+    with pytest.raises(UnknownPluginError, match="unknown scorer plugin 'magic'"):
+        Scheduler(SchedulerConfig(scorers={"magic": 1.0}))

@@ -1,0 +1,125 @@
+"""The service's estimator and its closed loop with the cluster.
+
+Every finished attempt's observed peak is stored (jobs.service); `sync` feeds those of
+successful training jobs to the estimator (the exact-history path answers such a spec
+from then on). `refit` trains a new calibration on the packaged measurements plus all
+of them and records it as a version; `activate` switches versions (or back to the
+packaged calibration), so a refit can always be undone. Replicas pick up the active
+version from the database on their next cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from estimator.estimate import Estimator, default_estimator
+from estimator.learned import artifact, measurements
+from estimator.learned.calibration import Calibration
+from service.db import utcnow
+from service.errors import ApiError
+from service.estimates.models import EstimatorVersion
+from service.events.service import record
+from service.jobs.models import Attempt, Job, Observation
+from service.jobs.service import training_spec
+
+PACKAGED = "packaged"
+
+
+class EstimatorState:
+    """The current estimator, kept in step with the database."""
+
+    def __init__(self) -> None:
+        self.current = Estimator(default_estimator().artifact)  # a history of its own
+        self._active: str = PACKAGED
+        self._last_observation = 0
+        self._lock = threading.Lock()
+
+    def sync(self, session: Session) -> Estimator:
+        """Load the active version if it changed, and observations not seen yet."""
+        with self._lock:
+            row = session.scalar(select(EstimatorVersion).where(EstimatorVersion.active))
+            wanted = row.version if row else PACKAGED
+            if wanted != self._active:
+                base = default_estimator().artifact if row is None else _artifact(row)
+                self.current = Estimator(
+                    base, self.current.history, list(self.current.observations)
+                )
+                self._active = wanted
+            new = session.execute(
+                select(Observation, Job)
+                .join(Attempt, Observation.attempt_id == Attempt.id)
+                .join(Job, Attempt.job_id == Job.id)
+                .where(Observation.id > self._last_observation, Attempt.state == "succeeded")
+                .order_by(Observation.id)
+            ).all()
+            for observation, job in new:
+                spec = training_spec(job)
+                if spec is not None:
+                    self.current.observe(spec, observation.gpu_model, observation.peak_mib)
+            if new:
+                self._last_observation = new[-1][0].id
+            return self.current
+
+    def refit(self, session: Session) -> EstimatorVersion:
+        """Train on the packaged measurements plus every observed peak; make it active."""
+        from estimator.learned.train import refit  # scikit-learn: loaded only to train
+
+        estimator = self.sync(session)
+        if not estimator.observations:
+            raise ApiError(409, "nothing_to_learn", "no observed peaks of training jobs yet")
+        fitted = refit(estimator, measurements.read())
+        assert fitted.artifact is not None
+        row = session.scalar(
+            select(EstimatorVersion).where(EstimatorVersion.version == fitted.version)
+        )
+        if row is None:
+            row = EstimatorVersion(
+                version=fitted.version,
+                created_at=utcnow(),
+                observations=len(estimator.observations),
+                manifest=fitted.artifact.manifest,
+                calibration=artifact.model_bytes(fitted.artifact.calibration).decode(),
+            )
+            session.add(row)
+        self._activate(session, row)
+        record(
+            session=session,
+            kind="estimator.refit",
+            message=f"calibration {row.version} trained with {row.observations} "
+            "observed peak(s) and made active",
+        )
+        return row
+
+    def activate(self, session: Session, version: str) -> None:
+        """Make `version` (or "packaged") the active calibration."""
+        row = None
+        if version != PACKAGED:
+            row = session.scalar(
+                select(EstimatorVersion).where(EstimatorVersion.version == version)
+            )
+            if row is None:
+                raise ApiError(404, "not_found", f"estimator version {version} does not exist")
+        self._activate(session, row)
+        record(
+            session=session,
+            kind="estimator.activated",
+            message=f"calibration {version} made active",
+        )
+
+    def _activate(self, session: Session, row: EstimatorVersion | None) -> None:
+        session.execute(update(EstimatorVersion).values(active=False))
+        if row is not None:
+            row.active = True
+        session.flush()
+
+
+def _artifact(row: EstimatorVersion) -> artifact.Artifact:
+    return artifact.Artifact(Calibration.from_json(json.loads(row.calibration)), row.manifest)
+
+
+def versions(session: Session) -> list[EstimatorVersion]:
+    return list(session.scalars(select(EstimatorVersion).order_by(EstimatorVersion.id)))

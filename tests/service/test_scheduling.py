@@ -1,0 +1,154 @@
+"""The scheduler in the service: estimates, reservations that follow use, preemption,
+back-off, explain, and the estimator's closed loop."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.config import Settings
+from tests.conftest import register_node, submit
+from tests.service.test_lifecycle import beat, cycle, exited, job_of, running
+
+RESNET = {"model": {"catalog": "resnet50"}, "batch_size": 32}
+
+
+@pytest.fixture
+def make_client(settings: Settings) -> Iterator[Any]:
+    clients: list[TestClient] = []
+
+    def make(**overrides: Any) -> TestClient:
+        client = TestClient(create_app(settings.model_copy(update=overrides)))
+        clients.append(client.__enter__())
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
+def test_training_jobs_are_placed_by_their_estimate(client: TestClient) -> None:
+    register_node(client, "n1", [("Tesla T4", 15360), ("Tesla T4", 15360)])
+    register_node(client, "n2", [("NVIDIA A100-SXM4-40GB", 40960)])
+    job = submit(client, training=RESNET)
+    estimates = {e["gpu_model"]: e for e in job["estimates"]}
+    assert set(estimates) == {"Tesla T4", "NVIDIA A100-SXM4-40GB"}
+    cycle(client)
+    placed = job_of(client, job["id"])["attempts"][0]
+    t4 = estimates["Tesla T4"]
+    assert placed["gpus"][0]["model"] == "Tesla T4"  # the smaller GPU that holds it
+    assert placed["reserved_mib"] == t4["upper_mib"] >= t4["peak_mib"]
+    bad = client.post(
+        "/v1/jobs",
+        json={
+            "name": "x",
+            "command": ["a"],
+            "training": {"model": {"catalog": "resnet5"}, "batch_size": 8},
+        },
+    )
+    assert bad.status_code == 422 and "did you mean" in bad.json()["error"]["message"]
+
+
+def test_reservation_grows_at_once_and_shrinks_when_steady(make_client: Any) -> None:
+    client = make_client(reservation_stable_s=0, reservation_margin=0.1)
+    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    job = submit(client, memory_mib=4000)
+    cycle(client)
+    beat(client, node, [running(job["id"], peak=5000)], used=5000)
+    assert job_of(client, job["id"])["attempts"][0]["reserved_mib"] == 5500  # grown
+    beat(client, node, [running(job["id"], peak=5000)], used=5000)
+    slow = make_client(reservation_stable_s=3600)
+    beat(slow, node, [running(job["id"], peak=5000)], used=5000)
+    assert job_of(slow, job["id"])["attempts"][0]["reserved_mib"] == 5500
+    job2 = submit(client)  # no claim, no spec: a whole GPU
+    beat(client, node, [running(job["id"], peak=5000), exited(job["id"], peak=5000)][1:])
+    cycle(client)
+    assert job_of(client, job2["id"])["attempts"][0]["reserved_mib"] == 15360
+    beat(client, node, [running(job2["id"], peak=3000)], used=3000)
+    assert job_of(client, job2["id"])["attempts"][0]["reserved_mib"] == 3300  # shrunk
+    kinds = [
+        e["message"]
+        for e in client.get("/v1/admin/events", params={"kind": "job.reservation"}).json()["events"]
+    ]
+    assert any("grown from 4000 to 5500" in k for k in kinds)
+    assert any("shrunk from 15360 to 3300" in k for k in kinds)
+
+
+def test_oom_back_off_delays_the_retry(make_client: Any) -> None:
+    client = make_client(oom_backoff_s=600)
+    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    job = submit(client, memory_mib=4000)
+    cycle(client)
+    beat(client, node, [exited(job["id"], code=1, outcome="oom", peak=5000)])
+    cycle(client)
+    shown = job_of(client, job["id"])
+    assert shown["state"] == "pending" and shown["not_before"] is not None
+    assert "backing off" in shown["reason"] and len(shown["attempts"]) == 1
+
+
+def test_preemption_requeues_the_victim_without_spending_its_budget(make_client: Any) -> None:
+    client = make_client(preemption=True)
+    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    low = submit(client, memory_mib=12000, preemptible=True, max_attempts=1)
+    cycle(client)
+    beat(client, node, [running(low["id"])])
+    high = submit(client, memory_mib=12000, priority=10)
+    cycle(client)
+    assert "preempting job(s)" in job_of(client, high["id"])["reason"]
+    reply = beat(client, node, [running(low["id"])])
+    assert reply["cancellations"] == [{"job_id": low["id"], "attempt": 1}]
+    beat(client, node, [exited(low["id"], code=-15)])
+    victim = job_of(client, low["id"])
+    assert victim["state"] == "pending" and victim["attempts"][0]["state"] == "preempted"
+    cycle(client)
+    assert job_of(client, high["id"])["state"] == "placed"
+    assert job_of(client, low["id"])["state"] == "pending"
+
+
+def test_explain_endpoint_and_placed_jobs(client: TestClient) -> None:
+    register_node(client, "n1", [("Tesla T4", 15360)])
+    submit(client, memory_mib=10240)
+    cycle(client)
+    waiting = submit(client, memory_mib=8192)
+    explanation = client.get(f"/v1/jobs/{waiting['id']}/explain").json()
+    assert explanation["state"] == "pending" and len(explanation["gpus"]) == 1
+    (verdict,) = explanation["gpus"]
+    assert not verdict["fits"] and verdict["demand_mib"] == 8192
+    assert verdict["free_mib"] == 15360 - 10240 - 256
+    assert (
+        "needs 8.0 GiB, GPU has 4.8 GiB free (15.0 GiB total, 10.0 GiB reserved"
+        in (verdict["reasons"][0])
+    )
+    fits = submit(client, memory_mib=1000)
+    held = client.get(f"/v1/jobs/{fits['id']}/explain").json()
+    assert f"held for job(s) {waiting['id']}" in held["summary"]
+    assert held["gpus"][0]["held_for_job"] == waiting["id"]
+    client.post(f"/v1/jobs/{waiting['id']}/cancel")
+    assert "fits now" in client.get(f"/v1/jobs/{fits['id']}/explain").json()["summary"]
+    cycle(client)
+    placed = client.get(f"/v1/jobs/{fits['id']}/explain").json()
+    assert placed["state"] == "placed" and "placed on Tesla T4" in placed["summary"]
+    assert client.get("/v1/jobs/999/explain").status_code == 404
+
+
+def test_closed_loop_history_refit_and_rollback(client: TestClient) -> None:
+    node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
+    first = submit(client, training=RESNET)
+    cycle(client)
+    beat(client, node, [exited(first["id"], peak=7777)])
+    again = submit(client, training=RESNET)
+    (estimate,) = again["estimates"]
+    assert estimate["method"] == "history" and estimate["peak_mib"] == 7777
+    before = client.get("/v1/admin/estimator").json()
+    assert before["active"] == "packaged" and before["observed_peaks"] == 1
+    refit = client.post("/v1/admin/estimator/refit")
+    assert refit.status_code == 200
+    new = refit.json()["active"]
+    assert new != "packaged" and [v["version"] for v in refit.json()["versions"]][-1] == new
+    back = client.post("/v1/admin/estimator/activate", json={"version": "packaged"})
+    assert back.json()["active"] == "packaged"
+    assert client.post("/v1/admin/estimator/activate", json={"version": "nope"}).status_code == 404
