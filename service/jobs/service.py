@@ -410,7 +410,7 @@ def end_attempt(
     tries = sum(1 for a in job.attempts if a.state != "preempted")
     retry = outcome in ("oom", "lost") and tries < job.max_attempts
     if retry and outcome == "oom":
-        needed = max(attempt.reserved_mib, attempt.peak_mib or 0)
+        needed = max(attempt.reserved_mib, attempt.peak_mib or 0, _available_mib(session, attempt))
         floor = math.ceil(needed * settings.oom_reservation_factor)
         job.reservation_floor_mib = max(floor, job.reservation_floor_mib or 0)
         retry = _largest_eligible_gpu_mib(session, job) >= job.reservation_floor_mib
@@ -436,6 +436,23 @@ def end_attempt(
     job.state = outcome
     job.finished_at = now
     job.reason = reason
+
+
+def _available_mib(session: Session, attempt: Attempt) -> int:
+    """What the attempt could have had on its tightest GPU: a CUDA OOM means it needed
+    more (capacity less foreign memory and its neighbours' reservations)."""
+    available = []
+    for allocation in attempt.allocations:
+        neighbours = session.scalar(
+            select(func.coalesce(func.sum(Allocation.reserved_mib), 0)).where(
+                Allocation.gpu_id == allocation.gpu_id,
+                Allocation.active.is_(True),
+                Allocation.attempt_id != attempt.id,
+            )
+        )
+        gpu = allocation.gpu
+        available.append(gpu.memory_total_mib - gpu.memory_foreign_mib - int(neighbours or 0))
+    return min(available, default=0)
 
 
 def _requeue(session: Session, job: Job, reason: str, now: datetime) -> None:

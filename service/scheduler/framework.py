@@ -50,7 +50,9 @@ class SchedulerConfig:
     headroom_mib: int = 256
     max_jobs_per_gpu: int = 4
     max_utilization_pct: float = 90.0
-    candidates_per_model: int = 16  # GPUs scored per model and job (the "limit" stage)
+    # GPUs (or, for gang jobs, nodes) looked at per model and job: the "limit" stage
+    # (Nomad's LimitIterator; Kubernetes' percentageOfNodesToScore)
+    candidates_per_model: int = 2
     backfill: bool = True
     preemption: bool = False
     quotas: Quotas = Quotas()
@@ -73,9 +75,9 @@ class Filter(Protocol):
 
 
 class Scorer(Protocol):
-    def score(
-        self, job: PendingJob, gpu: GpuView, candidates: Sequence[GpuView], ctx: Context
-    ) -> float: ...
+    def scores(self, job: PendingJob, gpus: Sequence[GpuView], ctx: Context) -> list[float]:
+        """0-100 for each of the GPUs that passed every filter, in order."""
+        ...
 
 
 QUEUE_SORTS: dict[str, Callable[[], QueueSort]] = {}

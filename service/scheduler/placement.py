@@ -20,7 +20,7 @@ from configuration (Nomad's scheduler/stack.go is the model):
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+import itertools
 from dataclasses import dataclass, replace
 
 from service.scheduler import plugins  # noqa: F401  (registers the built-in plugins)
@@ -33,6 +33,11 @@ from service.scheduler.snapshot import (
     RunningJob,
     Snapshot,
 )
+
+# Filters `_State` enforces itself (its index holds only GPUs of ready nodes, healthy,
+# under the job cap; candidates come per allowed model, with room for the job): the
+# Kubernetes framework's PreFilter, which keeps a cycle over thousands of GPUs fast.
+INDEXED = frozenset({"node_ready", "gpu_health", "gpu_model", "job_cap", "memory_fit"})
 
 
 def _gib(mib: float) -> str:
@@ -75,10 +80,12 @@ class _State:
             self._count(job.owner, job.queue, len(job.gpu_ids), job.reserved_mib * len(job.gpu_ids))
 
     def _indexable(self, gpu: GpuView) -> bool:
+        """Whether the GPU passes the configured filters that do not depend on the job."""
+        on = self.ctx.config.filters
         return (
-            gpu.healthy
-            and self.ctx.nodes[gpu.node_id].ready
-            and gpu.jobs < self.ctx.config.max_jobs_per_gpu
+            ("gpu_health" not in on or gpu.healthy)
+            and ("node_ready" not in on or self.ctx.nodes[gpu.node_id].ready)
+            and ("job_cap" not in on or gpu.jobs < self.ctx.config.max_jobs_per_gpu)
         )
 
     def _count(self, owner: str, queue: str, gpus: int, memory_mib: int) -> None:
@@ -111,25 +118,55 @@ class _State:
                 )
         return None
 
-    def candidates(self, job: PendingJob, include_held: bool = False) -> Iterable[GpuView]:
-        """GPUs worth filtering for `job`: by model, those that can hold it (all of them
-        for gang jobs, a few at each end of the free-memory order otherwise)."""
+    def candidates(self, job: PendingJob, include_held: bool = False) -> list[GpuView]:
+        """GPUs worth filtering for `job`, per allowed model: of those with room for it, the
+        few with the least and the most room; for gang jobs, the GPUs of the first few
+        nodes with enough of them (all that fit, for jobs that may span nodes)."""
         k = self.ctx.config.candidates_per_model
-        models = job.gpu_models if job.gpu_models is not None else self.index.keys()
+        on = self.ctx.config.filters
+        constrained = job.gpu_models is not None and "gpu_model" in on
+        models = job.gpu_models if constrained and job.gpu_models else self.index.keys()
+        chosen: list[int] = []
         for model in models:
             entries = self.index.get(model, [])
             demand = job.demand_for(model)
             if demand is None or not entries:
                 continue
-            start = bisect.bisect_left(entries, (demand, -1))
-            feasible = entries[start:]
+            start = bisect.bisect_left(entries, (demand, -1)) if "memory_fit" in on else 0
             if job.exclusive:
-                feasible = [e for e in reversed(feasible) if self.gpus[e[1]].jobs == 0]
-            if job.gpus == 1 and len(feasible) > 2 * k:
-                feasible = feasible[:k] + feasible[-k:]
-            for _free, gpu_id in feasible:
-                if include_held or gpu_id not in self.held:
-                    yield self.gpus[gpu_id]
+                ids = [g for _f, g in reversed(entries[start:]) if self.gpus[g].jobs == 0]
+                ids = ids if job.gpus > 1 else ids[: 2 * k]
+            elif job.gpus > 1:
+                ids = (
+                    [g for _f, g in entries[start:]]
+                    if job.multi_node
+                    else (self._first_nodes(entries, start, job.gpus, k, include_held))
+                )
+            else:
+                ends = entries[start : start + k] + entries[max(start + k, len(entries) - k) :]
+                ids = [gpu_id for _free, gpu_id in ends]
+            chosen.extend(g for g in ids if include_held or g not in self.held)
+        return [self.gpus[g] for g in chosen]
+
+    def _first_nodes(
+        self, entries: list[tuple[int, int]], start: int, gpus: int, nodes: int, include_held: bool
+    ) -> list[int]:
+        """GPUs from `entries[start:]` of the first `nodes` nodes that have `gpus` of them
+        (all of them when no node has enough, to say how close it came)."""
+        per_node: dict[int, list[int]] = {}
+        full: list[int] = []
+        for _free, gpu_id in itertools.islice(entries, start, None):
+            if not include_held and gpu_id in self.held:
+                continue
+            node = self.gpus[gpu_id].node_id
+            per_node.setdefault(node, []).append(gpu_id)
+            if len(per_node[node]) == gpus:
+                full.append(node)
+                if len(full) >= nodes:
+                    break
+        if not full:
+            return [g for ids in per_node.values() for g in ids]
+        return [g for node in full for g in per_node[node]]
 
     def largest_free(self, job: PendingJob) -> int:
         models = job.gpu_models if job.gpu_models is not None else self.index.keys()
@@ -161,8 +198,17 @@ class Scheduler:
     def _passes(self, job: PendingJob, gpu: GpuView, ctx: Context) -> bool:
         return all(f.check(job, gpu, ctx).ok for _name, f in self.filters)
 
-    def _score(self, job: PendingJob, gpu: GpuView, pool: list[GpuView], ctx: Context) -> float:
-        return sum(weight * s.score(job, gpu, pool, ctx) for s, weight in self.scorers)
+    def _passes_rest(self, job: PendingJob, gpu: GpuView, ctx: Context) -> bool:
+        """The filters a GPU from `_State.candidates` has not met by construction."""
+        return all(f.check(job, gpu, ctx).ok for name, f in self.filters if name not in INDEXED)
+
+    def _scores(self, job: PendingJob, pool: list[GpuView], ctx: Context) -> list[float]:
+        """The weighted sum of every scorer's 0-100 answer, per GPU of `pool`."""
+        totals = [0.0] * len(pool)
+        for scorer, weight in self.scorers:
+            for i, score in enumerate(scorer.scores(job, pool, ctx)):
+                totals[i] += weight * score
+        return totals
 
     def _reserved(self, job: PendingJob, gpu: GpuView) -> int:
         if job.exclusive:
@@ -173,9 +219,17 @@ class Scheduler:
 
     def _choose(self, job: PendingJob, state: _State) -> Placement | str:
         ctx = state.ctx
-        pool = [gpu for gpu in state.candidates(job) if self._passes(job, gpu, ctx)]
+        pool = [gpu for gpu in state.candidates(job) if self._passes_rest(job, gpu, ctx)]
+        if job.gpus == 1 and pool:  # the common case, without grouping by node
+            score, gpu = min(
+                zip(self._scores(job, pool, ctx), pool, strict=True),
+                key=lambda pair: (-pair[0], pair[1].node_id, pair[1].id),
+            )
+            return Placement(
+                job.id, gpu.node_id, (gpu.id,), (self._reserved(job, gpu),), round(score, 2)
+            )
         scored = sorted(
-            ((self._score(job, g, pool, ctx), g) for g in pool),
+            zip(self._scores(job, pool, ctx), pool, strict=True),
             key=lambda pair: (-pair[0], pair[1].id),
         )
         by_node: dict[int, list[tuple[float, GpuView]]] = {}
@@ -359,6 +413,7 @@ def explain(scheduler: Scheduler, snapshot: Snapshot, job_id: int) -> Explanatio
     placed = next((p for p in plan.placements if p.job_id == job_id), None)
     ctx = scheduler._context(snapshot)
     pool = [g for g in snapshot.gpus if scheduler._passes(job, g, ctx)]
+    scores = dict(zip((g.id for g in pool), scheduler._scores(job, pool, ctx), strict=True))
     verdicts = []
     for gpu in sorted(snapshot.gpus, key=lambda g: (ctx.nodes[g.node_id].name, g.index)):
         reasons = tuple(
@@ -376,7 +431,7 @@ def explain(scheduler: Scheduler, snapshot: Snapshot, job_id: int) -> Explanatio
                 demand_mib=job.demand_for(gpu.model),
                 fits=not reasons,
                 reasons=reasons,
-                score=None if reasons else round(scheduler._score(job, gpu, pool, ctx), 2),
+                score=None if reasons else round(scores[gpu.id], 2),
                 held_for=plan.held.get(gpu.id),
             )
         )

@@ -97,29 +97,23 @@ def _left_over(job: PendingJob, gpu: GpuView, ctx: Context) -> float:
 class Binpack:
     """Tightest fit: fill GPUs before opening new ones."""
 
-    def score(
-        self, job: PendingJob, gpu: GpuView, candidates: Sequence[GpuView], ctx: Context
-    ) -> float:
-        return 100.0 * (1.0 - _left_over(job, gpu, ctx))
+    def scores(self, job: PendingJob, gpus: Sequence[GpuView], ctx: Context) -> list[float]:
+        return [100.0 * (1.0 - _left_over(job, gpu, ctx)) for gpu in gpus]
 
 
 class Spread:
     """Most room: spread jobs, trading packing for less interference."""
 
-    def score(
-        self, job: PendingJob, gpu: GpuView, candidates: Sequence[GpuView], ctx: Context
-    ) -> float:
-        return 100.0 * _left_over(job, gpu, ctx)
+    def scores(self, job: PendingJob, gpus: Sequence[GpuView], ctx: Context) -> list[float]:
+        return [100.0 * _left_over(job, gpu, ctx) for gpu in gpus]
 
 
 class ModelFit:
     """Do not spend a big GPU on a job a smaller model can hold."""
 
-    def score(
-        self, job: PendingJob, gpu: GpuView, candidates: Sequence[GpuView], ctx: Context
-    ) -> float:
-        smallest = min((c.memory_total_mib for c in candidates), default=gpu.memory_total_mib)
-        return 100.0 * smallest / gpu.memory_total_mib
+    def scores(self, job: PendingJob, gpus: Sequence[GpuView], ctx: Context) -> list[float]:
+        smallest = min((gpu.memory_total_mib for gpu in gpus), default=1)
+        return [100.0 * smallest / gpu.memory_total_mib for gpu in gpus]
 
 
 QUEUE_SORTS.update(priority_fifo=PriorityFifo)

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ def free_port() -> int:
 class LocalColloc:
     """Starts, restarts and stops one server and one simulated agent per node."""
 
-    def __init__(self, root: Path, database_url: str) -> None:
+    def __init__(self, root: Path, database_url: str, env: dict[str, str] | None = None) -> None:
         self.root = root
         self.database_url = database_url
         self.port = free_port()
@@ -48,6 +49,7 @@ class LocalColloc:
         self.env = {
             **os.environ,
             **FAST,
+            **(env or {}),
             "COLLOC_SERVER": self.url,
             "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
         }
@@ -130,20 +132,27 @@ class LocalColloc:
         result: dict[str, Any] = self.http.get(f"/v1/jobs/{job_id}").json()
         return result
 
-    def wait_for(self, job_id: int, states: set[str], timeout_s: float = 60) -> dict[str, Any]:
+    def wait_until(
+        self, job_id: int, done: Callable[[dict[str, Any]], bool], what: str, timeout_s: float = 60
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             try:
                 job = self.job(job_id)
-                if job["state"] in states:
+                if done(job):
                     return job
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
         raise AssertionError(
-            f"job {job_id} not in {states}: {self.job(job_id)}\n"
+            f"job {job_id} never {what}: {self.job(job_id)}\n"
             + self.log("server")
             + "".join(self.log(f"agent-{n['name']}") for n in CLUSTER["nodes"])
+        )
+
+    def wait_for(self, job_id: int, states: set[str], timeout_s: float = 60) -> dict[str, Any]:
+        return self.wait_until(
+            job_id, lambda job: job["state"] in states, f"reached {states}", timeout_s
         )
 
     def gpu_used_mib(self) -> dict[str, int]:

@@ -107,16 +107,19 @@ def test_unreported_placement_is_resent_and_failure_recorded(client: TestClient)
     assert shown["state"] == "failed" and shown["exit_code"] == 2
 
 
-def test_oom_is_requeued_with_a_raised_reservation(client: TestClient) -> None:
-    node = register_node(client, "n1", [("Tesla T4", 15360)])
+def test_oom_is_requeued_on_a_gpu_that_can_hold_more(client: TestClient) -> None:
+    node = register_node(client, "n1", [("Tesla T4", 15360), ("NVIDIA A100-SXM4-40GB", 40960)])
     job = submit(client, memory_mib=4000, max_attempts=2)
     cycle(client)
+    assert job_of(client, job["id"])["attempts"][0]["gpus"][0]["model"] == "Tesla T4"
     beat(client, node, [running(job["id"])])
     beat(client, node, [exited(job["id"], code=1, outcome="oom", peak=6000)])
     shown = job_of(client, job["id"])
-    assert shown["state"] == "pending" and shown["reservation_floor_mib"] == 7200
+    # it died alone on a 15360 MiB GPU, so it needs more than that: 1.2 x 15360
+    assert shown["state"] == "pending" and shown["reservation_floor_mib"] == 18432
     cycle(client)
-    assert job_of(client, job["id"])["attempts"][1]["reserved_mib"] == 7200
+    second = job_of(client, job["id"])["attempts"][1]
+    assert second["reserved_mib"] == 18432 and second["gpus"][0]["model"].endswith("40GB")
     beat(client, node, [running(job["id"], attempt=2)])
     beat(client, node, [exited(job["id"], attempt=2, code=1, outcome="oom", peak=9000)])
     shown = job_of(client, job["id"])

@@ -1,0 +1,46 @@
+"""Placement commits are serialised on PostgreSQL: a second scheduler (or a heartbeat)
+waits for the first one's transaction before it reads the cluster."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.db import transaction
+from service.scheduler.cycle import lock_placements, run_cycle
+from tests.conftest import register_node, submit
+
+
+def test_a_cycle_waits_for_another_replicas_transaction(
+    client: TestClient, database_url: str
+) -> None:
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite serialises every write transaction already")
+    state = client.app.state  # type: ignore[attr-defined]
+    register_node(client, "n1", [("Tesla T4", 15360)])
+    submit(client, memory_mib=1000)
+    order: list[str] = []
+    locked = threading.Event()
+
+    def first() -> None:
+        with transaction(state.sessions) as session:
+            lock_placements(session)
+            locked.set()
+            time.sleep(1.0)  # a long cycle in another replica
+            order.append("first committed")
+
+    def second() -> None:
+        locked.wait()
+        with transaction(state.sessions) as session:
+            run_cycle(session, state.scheduler)
+        order.append("second committed")
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert order == ["first committed", "second committed"]
