@@ -35,7 +35,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         upgrade(settings.database_url)
         loop = (
-            SchedulerLoop(sessions, settings, estimator_state.sync)
+            SchedulerLoop(sessions, settings, estimator_state)
             if settings.scheduler_enabled
             else None
         )

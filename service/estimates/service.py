@@ -36,12 +36,25 @@ class EstimatorState:
         self.current = Estimator(default_estimator().artifact)  # a history of its own
         self._active: str = PACKAGED
         self._last_observation = 0
+        self._refitted_with = 0  # observations the last refit of this process used
         self._lock = threading.Lock()
 
     def sync(self, session: Session) -> Estimator:
-        """Load the active version if it changed, and observations not seen yet."""
+        """Load the active version if it changed, and observations not seen yet.
+
+        The database is read without holding the lock (another thread may hold the
+        database's write lock while it waits for this one), then applied under it."""
         with self._lock:
-            row = session.scalar(select(EstimatorVersion).where(EstimatorVersion.active))
+            seen = self._last_observation
+        row = session.scalar(select(EstimatorVersion).where(EstimatorVersion.active))
+        new = session.execute(
+            select(Observation, Job)
+            .join(Attempt, Observation.attempt_id == Attempt.id)
+            .join(Job, Attempt.job_id == Job.id)
+            .where(Observation.id > seen, Attempt.state == "succeeded")
+            .order_by(Observation.id)
+        ).all()
+        with self._lock:
             wanted = row.version if row else PACKAGED
             if wanted != self._active:
                 base = default_estimator().artifact if row is None else _artifact(row)
@@ -49,29 +62,31 @@ class EstimatorState:
                     base, self.current.history, list(self.current.observations)
                 )
                 self._active = wanted
-            new = session.execute(
-                select(Observation, Job)
-                .join(Attempt, Observation.attempt_id == Attempt.id)
-                .join(Job, Attempt.job_id == Job.id)
-                .where(Observation.id > self._last_observation, Attempt.state == "succeeded")
-                .order_by(Observation.id)
-            ).all()
             for observation, job in new:
+                if observation.id <= self._last_observation:
+                    continue  # another thread applied it meanwhile
                 spec = training_spec(job)
                 if spec is not None:
                     self.current.observe(spec, observation.gpu_model, observation.peak_mib)
-            if new:
-                self._last_observation = new[-1][0].id
+                self._last_observation = observation.id
             return self.current
 
+    def has_new_observations(self, session: Session) -> bool:
+        return len(self.sync(session).observations) > self._refitted_with
+
     def refit(self, session: Session) -> EstimatorVersion:
-        """Train on the packaged measurements plus every observed peak; make it active."""
+        """Train on the packaged measurements plus every observed peak; make it active.
+
+        Commits `session` (which must hold no pending changes) before training, and
+        records the new version in a transaction of its own."""
         from estimator.learned.train import refit  # scikit-learn: loaded only to train
 
         estimator = self.sync(session)
         if not estimator.observations:
             raise ApiError(409, "nothing_to_learn", "no observed peaks of training jobs yet")
+        session.commit()  # training takes seconds: hold no lock meanwhile (SQLite's is global)
         fitted = refit(estimator, measurements.read())
+        self._refitted_with = len(estimator.observations)
         assert fitted.artifact is not None
         row = session.scalar(
             select(EstimatorVersion).where(EstimatorVersion.version == fitted.version)

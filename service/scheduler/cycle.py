@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, selectinload, sessionmaker
@@ -19,6 +18,7 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 from estimator.estimate import Estimator
 from service.config import Settings
 from service.db import transaction, utcnow
+from service.estimates.service import EstimatorState
 from service.jobs import service as jobs
 from service.jobs.models import ACTIVE_ATTEMPT_STATES, Attempt, Job
 from service.nodes.models import Gpu, Node
@@ -181,20 +181,22 @@ def explain_job(
 
 
 class SchedulerLoop:
-    """Runs a cycle every `schedule_interval_s` on a background thread."""
+    """Runs a cycle every `schedule_interval_s` on a background thread, and, every
+    `estimator_refit_interval_s` when new peaks came in, a refit on another one (training
+    takes seconds; cycles go on meanwhile)."""
 
     def __init__(
-        self,
-        sessions: sessionmaker[Session],
-        settings: Settings,
-        estimator: Callable[[Session], Estimator],
+        self, sessions: sessionmaker[Session], settings: Settings, estimators: EstimatorState
     ) -> None:
         self._sessions = sessions
         self._interval_s = settings.schedule_interval_s
+        self._refit_interval_s = settings.estimator_refit_interval_s
         self._scheduler = Scheduler(settings.scheduler())
-        self._estimator = estimator
+        self._estimators = estimators
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="colloc-scheduler", daemon=True)
+        self._refit: threading.Thread | None = None
+        self._last_refit = time.monotonic()
 
     def start(self) -> None:
         self._thread.start()
@@ -205,10 +207,26 @@ class SchedulerLoop:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            started = time.monotonic()
             try:
                 with transaction(self._sessions) as session:
-                    run_cycle(session, self._scheduler, self._estimator(session))
+                    run_cycle(session, self._scheduler, self._estimators.sync(session))
             except Exception:  # the database may be restarting: try again next tick
                 log.exception("scheduling cycle failed")
-            log.debug("scheduling cycle took %.3f s", time.monotonic() - started)
+            self._maybe_refit()
+
+    def _maybe_refit(self) -> None:
+        due = time.monotonic() - self._last_refit >= self._refit_interval_s
+        if not self._refit_interval_s or not due or (self._refit and self._refit.is_alive()):
+            return
+        self._last_refit = time.monotonic()
+        self._refit = threading.Thread(target=self._refit_now, name="colloc-refit", daemon=True)
+        self._refit.start()
+
+    def _refit_now(self) -> None:
+        try:
+            with self._sessions() as session:  # refit commits as it goes
+                if self._estimators.has_new_observations(session):
+                    self._estimators.refit(session)
+                    session.commit()
+        except Exception:
+            log.exception("scheduled estimator refit failed")

@@ -3,6 +3,7 @@ back-off, explain, and the estimator's closed loop."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -80,7 +81,7 @@ def test_reservation_grows_at_once_and_shrinks_when_steady(make_client: Any) -> 
 
 def test_oom_back_off_delays_the_retry(make_client: Any) -> None:
     client = make_client(oom_backoff_s=600)
-    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    node = register_node(client, "n1", [("Tesla T4", 15360), ("NVIDIA A100-SXM4-40GB", 40960)])
     job = submit(client, memory_mib=4000)
     cycle(client)
     beat(client, node, [exited(job["id"], code=1, outcome="oom", peak=5000)])
@@ -152,3 +153,19 @@ def test_closed_loop_history_refit_and_rollback(client: TestClient) -> None:
     back = client.post("/v1/admin/estimator/activate", json={"version": "packaged"})
     assert back.json()["active"] == "packaged"
     assert client.post("/v1/admin/estimator/activate", json={"version": "nope"}).status_code == 404
+
+
+def test_scheduled_refit_learns_from_finished_jobs(make_client: Any) -> None:
+    client = make_client(
+        scheduler_enabled=True, schedule_interval_s=0.05, estimator_refit_interval_s=0.1
+    )
+    node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
+    job = submit(client, training=RESNET)
+    deadline = time.monotonic() + 30
+    while job_of(client, job["id"])["state"] == "pending":
+        assert time.monotonic() < deadline, "the loop never placed the job"
+        time.sleep(0.05)
+    beat(client, node, [exited(job["id"], peak=6000)])
+    while client.get("/v1/admin/estimator").json()["active"] == "packaged":
+        assert time.monotonic() < deadline, "no scheduled refit"
+        time.sleep(0.2)
