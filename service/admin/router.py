@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from service.admin import service
 from service.admin.schemas import ClusterRead, EventList, EventRead
-from service.deps import SessionDep
+from service.deps import SessionDep, SettingsDep
 from service.events.service import list_events
 from service.jobs import service as jobs
 from service.jobs.schemas import JobList
@@ -17,9 +17,9 @@ router = APIRouter(prefix="/admin", tags=["admin"])
 
 
 @router.get("/cluster", response_model=ClusterRead)
-def get_cluster(session: SessionDep) -> ClusterRead:
+def get_cluster(session: SessionDep, settings: SettingsDep) -> ClusterRead:
     """Every node and GPU: capacity, reservations per job, observed and foreign use."""
-    return service.cluster(session=session)
+    return service.cluster(session=session, headroom_mib=settings.memory_headroom_mib)
 
 
 @router.get("/jobs", response_model=JobList)

@@ -8,10 +8,13 @@ from sqlalchemy.orm import Session, selectinload
 from service.admin.schemas import ClusterRead, GpuAllocationRead, GpuRead, NodeRead
 from service.jobs.models import Allocation
 from service.nodes.models import Node
+from service.scheduler.cycle import read_snapshot
 
 
-def cluster(*, session: Session) -> ClusterRead:
-    """Every node and GPU with its reservations, observed and foreign memory."""
+def cluster(*, session: Session, headroom_mib: int) -> ClusterRead:
+    """Every node and GPU with its reservations, observed and foreign memory; free
+    memory is counted as the scheduler counts it."""
+    views = {gpu.id: gpu for gpu in read_snapshot(session)[0].gpus}
     nodes = session.scalars(select(Node).options(selectinload(Node.gpus)).order_by(Node.name))
     active = session.scalars(
         select(Allocation)
@@ -21,22 +24,22 @@ def cluster(*, session: Session) -> ClusterRead:
     by_gpu: dict[int, list[Allocation]] = {}
     for allocation in active:
         by_gpu.setdefault(allocation.gpu_id, []).append(allocation)
-    views = []
+    result = []
     for node in nodes:
         gpus = []
         for gpu in node.gpus:
             allocations = by_gpu.get(gpu.id, [])
-            reserved = sum(a.reserved_mib for a in allocations)
+            view = views[gpu.id]
             gpus.append(
                 GpuRead(
                     uuid=gpu.uuid,
                     index=gpu.index,
                     model=gpu.model,
                     memory_total_mib=gpu.memory_total_mib,
-                    memory_reserved_mib=reserved,
+                    memory_reserved_mib=view.reserved_mib,
                     memory_used_mib=gpu.memory_used_mib,
                     memory_foreign_mib=gpu.memory_foreign_mib,
-                    memory_free_mib=gpu.memory_total_mib - reserved - gpu.memory_foreign_mib,
+                    memory_free_mib=view.free_mib(headroom_mib),
                     utilization_pct=gpu.utilization_pct,
                     healthy=gpu.healthy,
                     allocations=[
@@ -49,7 +52,7 @@ def cluster(*, session: Session) -> ClusterRead:
                     ],
                 )
             )
-        views.append(
+        result.append(
             NodeRead(
                 id=node.id,
                 name=node.name,
@@ -60,4 +63,4 @@ def cluster(*, session: Session) -> ClusterRead:
                 gpus=gpus,
             )
         )
-    return ClusterRead(nodes=views)
+    return ClusterRead(nodes=result)

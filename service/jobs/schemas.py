@@ -36,7 +36,6 @@ class JobCreate(BaseModel):
     workdir: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
     training: TrainingSpec | None = None  # what the estimator reads
     preemptible: bool = False  # may be stopped (and requeued) for higher-priority jobs
-    multi_node: bool = False  # a gang may span nodes
 
 
 class AttemptGpu(BaseModel):

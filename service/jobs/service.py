@@ -79,8 +79,6 @@ def _check_can_ever_fit(
             per_node[node] = per_node.get(node, 0) + 1
     if any(count >= spec.gpus for count in per_node.values()):
         return
-    if spec.multi_node and sum(per_node.values()) >= spec.gpus:
-        return
     largest = max((total for _n, _m, total in eligible), default=0)
     needs = sorted({demand(m) for _n, m, _t in eligible}) or [0]
     wanted = f"{spec.gpus} GPU(s)" + (f" with {needs[0]} MiB each" if needs[0] else "")

@@ -63,7 +63,6 @@ def _pending_view(job: Job) -> PendingJob:
         owner=job.owner,
         queue=job.queue,
         gpu_models=frozenset(models) if models else None,
-        multi_node=bool(job.spec.get("multi_node")),
         not_before=job.not_before,
         default_demand_mib=default,
     )

@@ -52,7 +52,7 @@ class PendingJob:
     owner: str = "anonymous"
     queue: str = "default"
     gpu_models: frozenset[str] | None = None
-    multi_node: bool = False
+    multi_node: bool = False  # may span nodes (the service launches gangs on one node)
     not_before: datetime | None = None
     default_demand_mib: int | None = None  # for models with no per-model figure
 
