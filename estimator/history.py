@@ -38,6 +38,3 @@ class ObservationHistory:
     def peak_mib(self, spec: TrainingSpec, gpu_model: str) -> int | None:
         peaks = self._peaks.get((fingerprint(spec), _gpu_key(gpu_model)))
         return max(peaks) if peaks else None
-
-    def __len__(self) -> int:
-        return sum(len(peaks) for peaks in self._peaks.values())

@@ -241,10 +241,6 @@ def cancel(*, session: Session, job: Job) -> Job:
     return job
 
 
-def current_attempt(job: Job) -> Attempt | None:
-    return job.attempts[-1] if job.attempts else None
-
-
 def start_attempt(
     *,
     session: Session,

@@ -23,8 +23,8 @@ import bisect
 import itertools
 from dataclasses import dataclass, replace
 
-from service.scheduler import plugins  # noqa: F401  (registers the built-in plugins)
 from service.scheduler.framework import Context, SchedulerConfig, build_plugins
+from service.scheduler.plugins import gib  # importing plugins registers the built-ins
 from service.scheduler.snapshot import (
     GpuView,
     PendingJob,
@@ -38,10 +38,6 @@ from service.scheduler.snapshot import (
 # under the job cap; candidates come per allowed model, with room for the job): the
 # Kubernetes framework's PreFilter, which keeps a cycle over thousands of GPUs fast.
 INDEXED = frozenset({"node_ready", "gpu_health", "gpu_model", "job_cap", "memory_fit"})
-
-
-def _gib(mib: float) -> str:
-    return f"{mib / 1024:.1f} GiB"
 
 
 def _without(gpu: GpuView, mib: int, jobs: int) -> GpuView:
@@ -113,8 +109,8 @@ class _State:
                 )
             if limit.memory_mib is not None and used.memory_mib + memory_mib > limit.memory_mib:
                 return (
-                    f"{scope} {name} quota: {_gib(used.memory_mib)} of "
-                    f"{_gib(limit.memory_mib)} in use, job needs {_gib(memory_mib)}"
+                    f"{scope} {name} quota: {gib(used.memory_mib)} of "
+                    f"{gib(limit.memory_mib)} in use, job needs {gib(memory_mib)}"
                 )
         return None
 
@@ -276,8 +272,8 @@ class Scheduler:
             return "needs an idle GPU; none that matches is free"
         demands = sorted({d for d in job.demand_mib.values()}) or [job.default_demand_mib or 0]
         return (
-            f"needs {_gib(demands[0])} per GPU; the most free on an eligible GPU is "
-            f"{_gib(state.largest_free(job))}"
+            f"needs {gib(demands[0])} per GPU; the most free on an eligible GPU is "
+            f"{gib(state.largest_free(job))}"
         )
 
     def _hold(self, job: PendingJob, state: _State) -> list[int]:

@@ -60,7 +60,8 @@ class UtilizationCap:
         return Status(False, f"GPU is {gpu.utilization_pct:.0f}% busy (cap {cap:.0f}%)")
 
 
-def _gib(mib: float) -> str:
+def gib(mib: float) -> str:
+    """MiB as GiB with one decimal, as reasons show it."""
     return f"{mib / 1024:.1f} GiB"
 
 
@@ -74,15 +75,15 @@ class MemoryFit:
             if gpu.jobs or gpu.reserved_mib:
                 return Status(False, "job needs a whole GPU; this one is shared")
             if free < demand:
-                return Status(False, f"job needs a GPU of {_gib(demand)}; this has {_gib(free)}")
+                return Status(False, f"job needs a GPU of {gib(demand)}; this has {gib(free)}")
             return OK
         if free >= demand:
             return OK
         return Status(
             False,
-            f"needs {_gib(demand)}, GPU has {_gib(free)} free "
-            f"({_gib(gpu.memory_total_mib)} total, {_gib(gpu.reserved_mib)} "
-            f"reserved, {_gib(gpu.used_mib)} in use, {_gib(gpu.foreign_mib)} "
+            f"needs {gib(demand)}, GPU has {gib(free)} free "
+            f"({gib(gpu.memory_total_mib)} total, {gib(gpu.reserved_mib)} "
+            f"reserved, {gib(gpu.used_mib)} in use, {gib(gpu.foreign_mib)} "
             "used outside Colloc)",
         )
 
