@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Query, Request
 from sqlalchemy.orm import Session
 
 from estimator.estimate import Estimator
@@ -27,6 +27,14 @@ def _scheduler(request: Request) -> Scheduler:
     scheduler: Scheduler = request.app.state.scheduler
     return scheduler
 
+
+# Row ids are 32-bit in the database: larger numbers are refused as bad input, not
+# passed on to fail there.
+MAX_ID = 2**31 - 1
+JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
+NodeId = Annotated[int, Path(ge=1, le=MAX_ID)]
+IdFilter = Annotated[int | None, Query(ge=1, le=MAX_ID)]
+Offset = Annotated[int, Query(ge=0, le=MAX_ID)]
 
 SessionDep = Annotated[Session, Depends(_session)]
 SettingsDep = Annotated[Settings, Depends(_settings)]

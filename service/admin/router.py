@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from service.admin import service
 from service.admin.schemas import ClusterRead, EventList, EventRead
-from service.deps import SessionDep, SettingsDep
+from service.deps import IdFilter, Offset, SessionDep, SettingsDep
 from service.events.service import list_events
 from service.jobs import service as jobs
 from service.jobs.schemas import JobList
@@ -28,7 +28,7 @@ def get_jobs(
     state: Annotated[str | None, Query(max_length=16)] = None,
     owner: Annotated[str | None, Query(max_length=128)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> JobList:
     """Every user's jobs, newest first, optionally of one owner."""
     found, total = jobs.list_jobs(
@@ -40,10 +40,10 @@ def get_jobs(
 @router.get("/events", response_model=EventList)
 def get_events(
     session: SessionDep,
-    job_id: int | None = None,
-    node_id: int | None = None,
+    job_id: IdFilter = None,
+    node_id: IdFilter = None,
     kind: Annotated[str | None, Query(max_length=48)] = None,
-    after_id: Annotated[int, Query(ge=0)] = 0,
+    after_id: Offset = 0,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> EventList:
     """The audit log, oldest first; `after_id` pages forward."""

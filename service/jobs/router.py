@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Response
 
-from service.deps import EstimatorDep, SchedulerDep, SessionDep, SettingsDep
+from service.deps import EstimatorDep, JobId, Offset, SchedulerDep, SessionDep, SettingsDep
 from service.events.service import list_events
 from service.jobs import service
 from service.jobs.schemas import (
@@ -52,7 +52,7 @@ def list_jobs(
     session: SessionDep,
     state: Annotated[str | None, Query(max_length=16)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Offset = 0,
 ) -> JobList:
     """Jobs, newest first."""
     jobs, total = service.list_jobs(session=session, state=state, limit=limit, offset=offset)
@@ -60,13 +60,13 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobRead)
-def get_job(job_id: int, session: SessionDep) -> JobRead:
+def get_job(job_id: JobId, session: SessionDep) -> JobRead:
     """One job with its attempts."""
     return service.to_read(service.get(session=session, job_id=job_id))
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead)
-def cancel_job(job_id: int, session: SessionDep) -> JobRead:
+def cancel_job(job_id: JobId, session: SessionDep) -> JobRead:
     """Cancel a pending job, or ask the agent to stop a placed or running one."""
     job = service.cancel(session=session, job=service.get(session=session, job_id=job_id))
     session.commit()
@@ -75,7 +75,7 @@ def cancel_job(job_id: int, session: SessionDep) -> JobRead:
 
 @router.get("/{job_id}/explain", response_model=ExplanationRead)
 def explain(
-    job_id: int, session: SessionDep, scheduler: SchedulerDep, estimator: EstimatorDep
+    job_id: JobId, session: SessionDep, scheduler: SchedulerDep, estimator: EstimatorDep
 ) -> ExplanationRead:
     """Per candidate GPU, why a pending job does or does not fit there; for a job that
     was placed, where and why."""

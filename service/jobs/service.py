@@ -103,18 +103,24 @@ def estimate_for(
         ) from exc
 
 
+# Estimates are stored in 32-bit columns; anything near this never fits a GPU anyway.
+MAX_STORED_MIB = 2**31 - 1
+
+
 def store_estimates(session: Session, job: Job, estimates: dict[str, Estimate]) -> None:
     for model, estimate in estimates.items():
         session.add(
             JobEstimate(
                 job_id=job.id,
                 gpu_model=model,
-                peak_mib=estimate.peak_mib,
-                upper_mib=estimate.upper_mib,
+                peak_mib=min(estimate.peak_mib, MAX_STORED_MIB),
+                upper_mib=min(estimate.upper_mib, MAX_STORED_MIB),
                 coverage=estimate.coverage,
                 method=estimate.method,
                 model_version=estimate.model_version,
-                breakdown_mib=estimate.breakdown_mib,
+                breakdown_mib={
+                    k: min(v, MAX_STORED_MIB) for k, v in estimate.breakdown_mib.items()
+                },
             )
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service.deps import SessionDep, SettingsDep
+from service.deps import NodeId, SessionDep, SettingsDep
 from service.nodes import service
 from service.nodes.schemas import Heartbeat, HeartbeatReply, NodeRegister, NodeRegistered
 
@@ -21,7 +21,7 @@ def register_node(body: NodeRegister, session: SessionDep, settings: SettingsDep
 
 @router.post("/{node_id}/heartbeat", response_model=HeartbeatReply)
 def node_heartbeat(
-    node_id: int, body: Heartbeat, session: SessionDep, settings: SettingsDep
+    node_id: NodeId, body: Heartbeat, session: SessionDep, settings: SettingsDep
 ) -> HeartbeatReply:
     """GPU state and attempt progress in; assignments and cancellations out."""
     node = service.get(session=session, node_id=node_id)

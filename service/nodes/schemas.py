@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
 Uuid = Annotated[str, StringConstraints(min_length=1, max_length=96)]
 MiB = Annotated[int, Field(ge=0, le=16 * 1024 * 1024)]
@@ -51,12 +50,12 @@ class AttemptRef(BaseModel):
 class AttemptReport(Strict):
     """What an agent knows of one attempt it was given."""
 
-    job_id: int = Field(ge=1)
-    attempt: int = Field(ge=1)
+    job_id: int = Field(ge=1, le=2**31 - 1)
+    attempt: int = Field(ge=1, le=2**31 - 1)
     state: Literal["running", "exited"]
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    exit_code: int | None = None
+    started_at: AwareDatetime | None = None
+    finished_at: AwareDatetime | None = None
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     outcome: Literal["succeeded", "failed", "oom", "cancelled"] | None = None
     reason: Annotated[str, StringConstraints(max_length=4096)] | None = None
     peak_mib_by_gpu: dict[Uuid, MiB] = Field(default_factory=dict, max_length=64)

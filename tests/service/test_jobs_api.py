@@ -118,3 +118,36 @@ def test_health_dashboard_and_openapi(client: TestClient) -> None:
         "/v1/admin/events",
     ):
         assert path in paths
+
+
+def test_huge_ids_and_offsets_are_refused_not_passed_to_the_database(client: TestClient) -> None:
+    huge = 10**20
+    for response in (
+        client.get(f"/v1/jobs/{huge}"),
+        client.post(f"/v1/jobs/{huge}/cancel"),
+        client.get(f"/v1/jobs/{huge}/explain"),
+        client.get("/v1/jobs", params={"offset": huge}),
+        client.get("/v1/admin/events", params={"after_id": huge}),
+        client.get("/v1/admin/events", params={"job_id": huge}),
+        client.post(f"/v1/nodes/{huge}/heartbeat", json={"gpus": []}),
+        client.post(
+            "/v1/nodes/1/heartbeat",
+            json={"gpus": [], "attempts": [{"job_id": huge, "attempt": 1, "state": "running"}]},
+        ),
+        client.post(
+            "/v1/nodes/1/heartbeat",
+            json={
+                "gpus": [],
+                "attempts": [
+                    {
+                        "job_id": 1,
+                        "attempt": 1,
+                        "state": "running",
+                        "started_at": "2026-01-01T00:00",
+                    }
+                ],
+            },
+        ),
+    ):
+        assert response.status_code == 422, response.text
+        assert error_of(response)["code"] == "validation_error"
