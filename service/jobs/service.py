@@ -413,7 +413,8 @@ def end_attempt(
         needed = max(attempt.reserved_mib, attempt.peak_mib or 0, _available_mib(session, attempt))
         floor = math.ceil(needed * settings.oom_reservation_factor)
         job.reservation_floor_mib = max(floor, job.reservation_floor_mib or 0)
-        retry = _largest_eligible_gpu_mib(session, job) >= job.reservation_floor_mib
+        room = _largest_eligible_gpu_mib(session, job) - settings.memory_headroom_mib
+        retry = room >= job.reservation_floor_mib
         reason = (
             f"requeued with at least {job.reservation_floor_mib} MiB per GPU"
             if retry
