@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import signal
+import socket
 import sys
 import tempfile
 import threading
@@ -13,6 +14,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from agent.backends.base import DeviceBackend
+from agent.backends.nvml import DeviceUnavailable, NvmlBackend
 from agent.backends.simulated import SimulatedBackend
 from agent.client import SchedulerClient
 from agent.cluster import ClusterFileError, load_cluster
@@ -31,25 +34,31 @@ def _fail(message: str) -> int:
     return 2
 
 
-def run_agent(args: argparse.Namespace) -> int:
-    if args.simulate is None:
-        return _fail("only simulated GPUs are supported yet: pass --simulate CLUSTER.yaml")
-    try:
-        nodes = load_cluster(args.simulate)
-    except ClusterFileError as exc:
-        return _fail(str(exc))
+def _simulated(args: argparse.Namespace) -> tuple[str, DeviceBackend]:
+    """The node of the cluster file the arguments name, on simulated GPUs."""
+    nodes = load_cluster(args.simulate)
     names = [node.name for node in nodes]
     if args.node is None and len(nodes) > 1:
-        return _fail(f"{args.simulate} has several nodes; pick one with --node ({names})")
+        raise ValueError(f"{args.simulate} has several nodes; pick one with --node ({names})")
     node = next((n for n in nodes if args.node in (None, n.name)), None)
     if node is None:
-        return _fail(f"no node {args.node!r} in {args.simulate} (nodes: {names})")
-    backend = SimulatedBackend(node, args.sim_state)
-    logs_dir = args.logs_dir or Path(tempfile.gettempdir()) / "colloc-logs" / node.name
+        raise ValueError(f"no node {args.node!r} in {args.simulate} (nodes: {names})")
+    return node.name, SimulatedBackend(node, args.sim_state)
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    try:
+        if args.simulate is not None:
+            name, backend = _simulated(args)
+        else:
+            name, backend = args.node or socket.gethostname(), NvmlBackend.open()
+    except (ClusterFileError, DeviceUnavailable, ValueError) as exc:
+        return _fail(str(exc))
+    logs_dir = args.logs_dir or Path(tempfile.gettempdir()) / "colloc-logs" / name
     agent = Agent(
         SchedulerClient(args.server, args.token),
         backend,
-        AgentConfig(name=node.name, logs_dir=logs_dir, kill_grace_s=args.kill_grace),
+        AgentConfig(name=name, logs_dir=logs_dir, kill_grace_s=args.kill_grace),
     )
     stop = threading.Event()
 
@@ -58,7 +67,7 @@ def run_agent(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    log.info("agent for node %s with %d simulated GPU(s)", node.name, len(node.gpus))
+    log.info("agent for node %s with %d GPU(s)", name, len(backend.devices()))
     try:
         agent.run(stop)
     finally:
@@ -79,7 +88,9 @@ def add_commands(commands: Any) -> None:
     agent.add_argument("--server", default=os.environ.get("COLLOC_SERVER", "http://127.0.0.1:8000"))
     agent.add_argument("--token", default=os.environ.get("COLLOC_TOKEN"))
     agent.add_argument("--simulate", type=Path, metavar="FILE.yaml", help="simulated cluster file")
-    agent.add_argument("--node", help="which node of the cluster file this agent is")
+    agent.add_argument(
+        "--node", help="this node's name (with --simulate: which node of the file it is)"
+    )
     agent.add_argument(
         "--sim-state",
         type=Path,
