@@ -160,7 +160,7 @@ def heartbeat(
                 attempt=attempt,
                 outcome="cancelled",
                 settings=settings,
-                reason="cancelled before it started",
+                reason="stopped before it started",
             )
         else:
             reply.assignments.append(_assignment(attempt))
