@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from estimator.files import read_yaml
 from estimator.gpus import find_gpu_model
 
 PACKAGED_CLUSTER = Path(__file__).with_name("clusters") / "example.yaml"
@@ -90,9 +89,7 @@ def parse_cluster(data: Any) -> list[SimulatedNode]:
 def load_cluster(path: Path) -> list[SimulatedNode]:
     """The nodes of a cluster file; `ClusterFileError` says what is wrong."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ClusterFileError(f"cannot read cluster file {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ClusterFileError(f"cluster file {path} is not valid YAML: {exc}") from exc
+        data = read_yaml(path)
+    except ValueError as exc:
+        raise ClusterFileError(f"cluster file: {exc}") from exc
     return parse_cluster(data)

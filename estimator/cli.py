@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from estimator.analytical.model import SpecError
 from estimator.estimate import default_estimator
+from estimator.files import read_yaml
 from estimator.gpus import GPU_MODELS, find_gpu_model
 from estimator.learned import artifact, measurements
 from estimator.spec import TrainingSpec, validation_problems
@@ -25,12 +25,7 @@ def _fail(message: str) -> int:
 
 def load_specs(path: Path) -> list[TrainingSpec]:
     """One TrainingSpec or a list (a job spec's `training:` is taken too); ValueError."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ValueError(f"{path} is not valid YAML or JSON: {exc}") from exc
+    data = read_yaml(path)
     items: list[Any] = data if isinstance(data, list) else [data]
     specs: list[TrainingSpec] = []
     problems: list[str] = []

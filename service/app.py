@@ -30,12 +30,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     engine = make_engine(settings.database_url)
     sessions = make_sessionmaker(engine)
     estimator_state = EstimatorState()
+    scheduler = Scheduler(settings.scheduler())
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         upgrade(settings.database_url)
         loop = (
-            SchedulerLoop(sessions, settings, estimator_state)
+            SchedulerLoop(sessions, settings, scheduler, estimator_state)
             if settings.scheduler_enabled
             else None
         )
@@ -52,7 +53,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.estimator_state = estimator_state
-    app.state.scheduler = Scheduler(settings.scheduler())
+    app.state.scheduler = scheduler
     install_error_handlers(app)
     for router in (jobs_router, nodes_router, admin_router, estimates_router):
         app.include_router(router, prefix="/v1")

@@ -8,13 +8,13 @@ from sqlalchemy.orm import Session, selectinload
 from service.admin.schemas import ClusterRead, GpuAllocationRead, GpuRead, NodeRead
 from service.jobs.models import Allocation
 from service.nodes.models import Node
-from service.scheduler.cycle import read_snapshot
+from service.scheduler.cycle import gpu_views
 
 
 def cluster(*, session: Session, headroom_mib: int) -> ClusterRead:
     """Every node and GPU with its reservations, observed and foreign memory; free
     memory is counted as the scheduler counts it."""
-    views = {gpu.id: gpu for gpu in read_snapshot(session)[0].gpus}
+    views = gpu_views(session)
     nodes = session.scalars(select(Node).options(selectinload(Node.gpus)).order_by(Node.name))
     active = session.scalars(
         select(Allocation)

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import yaml
 
+from estimator.files import read_yaml
 from service.cli.errors import CliError
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
@@ -42,11 +42,9 @@ def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) ->
 def load_job_file(path: Path) -> dict[str, Any]:
     """A job spec from YAML or JSON, or a clear error."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise CliError(f"cannot read {path}: {exc.strerror}", 2) from exc
-    except yaml.YAMLError as exc:
-        raise CliError(f"{path} is not valid YAML or JSON: {exc}", 2) from exc
+        data = read_yaml(path)
+    except ValueError as exc:
+        raise CliError(str(exc), 2) from exc
     if not isinstance(data, dict):
         raise CliError(f"{path} must hold one job (a mapping with name, command, ...)", 2)
     return data

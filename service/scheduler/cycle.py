@@ -83,6 +83,65 @@ def _fill_estimates(
             session.refresh(job, ["estimates"])
 
 
+def _active_attempts(session: Session) -> list[Attempt]:
+    return list(
+        session.scalars(
+            select(Attempt)
+            .where(Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
+            .options(selectinload(Attempt.allocations), selectinload(Attempt.job))
+        )
+    )
+
+
+def _gpu_views(gpus: list[Gpu], active: list[Attempt]) -> tuple[GpuView, ...]:
+    """Each GPU with the reservations and job count of the attempts active on it."""
+    reserved: dict[int, int] = {}
+    count: dict[int, int] = {}
+    for attempt in active:
+        for allocation in attempt.allocations:
+            if allocation.active:
+                gpu_id = allocation.gpu_id
+                reserved[gpu_id] = reserved.get(gpu_id, 0) + allocation.reserved_mib
+                count[gpu_id] = count.get(gpu_id, 0) + 1
+    return tuple(
+        GpuView(
+            id=gpu.id,
+            node_id=gpu.node_id,
+            index=gpu.index,
+            model=gpu.model,
+            memory_total_mib=gpu.memory_total_mib,
+            reserved_mib=reserved.get(gpu.id, 0),
+            used_mib=max(0, gpu.memory_used_mib - gpu.memory_foreign_mib),
+            foreign_mib=gpu.memory_foreign_mib,
+            utilization_pct=gpu.utilization_pct,
+            healthy=gpu.healthy,
+            jobs=count.get(gpu.id, 0),
+            uuid=gpu.uuid,
+        )
+        for gpu in gpus
+    )
+
+
+def gpu_views(session: Session) -> dict[int, GpuView]:
+    """Every GPU as the scheduler accounts for it, by id."""
+    views = _gpu_views(list(session.scalars(select(Gpu))), _active_attempts(session))
+    return {view.id: view for view in views}
+
+
+def _running(attempt: Attempt) -> RunningJob:
+    job = attempt.job
+    live = [a for a in attempt.allocations if a.active]
+    return RunningJob(
+        id=job.id,
+        priority=job.priority,
+        owner=job.owner,
+        queue=job.queue,
+        gpu_ids=tuple(a.gpu_id for a in live),
+        reserved_mib=max((a.reserved_mib for a in live), default=0),
+        preemptible=bool(job.spec.get("preemptible")) and not job.preempt_requested,
+    )
+
+
 def read_snapshot(
     session: Session, estimator: Estimator | None = None
 ) -> tuple[Snapshot, dict[int, Job], dict[int, Gpu]]:
@@ -98,54 +157,12 @@ def read_snapshot(
     )
     if estimator is not None:
         _fill_estimates(session, estimator, pending, sorted({g.model for g in gpus.values()}))
-    active = session.scalars(
-        select(Attempt)
-        .where(Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
-        .options(selectinload(Attempt.allocations), selectinload(Attempt.job))
-    ).all()
-    reserved: dict[int, int] = {}
-    count: dict[int, int] = {}
-    running = []
-    for attempt in active:
-        live = [a for a in attempt.allocations if a.active]
-        for allocation in live:
-            reserved[allocation.gpu_id] = (
-                reserved.get(allocation.gpu_id, 0) + allocation.reserved_mib
-            )
-            count[allocation.gpu_id] = count.get(allocation.gpu_id, 0) + 1
-        job = attempt.job
-        running.append(
-            RunningJob(
-                id=job.id,
-                priority=job.priority,
-                owner=job.owner,
-                queue=job.queue,
-                gpu_ids=tuple(a.gpu_id for a in live),
-                reserved_mib=max((a.reserved_mib for a in live), default=0),
-                preemptible=bool(job.spec.get("preemptible")) and not job.preempt_requested,
-            )
-        )
+    active = _active_attempts(session)
     snapshot = Snapshot(
         nodes=tuple(NodeView(n.id, n.name, n.state == "ready") for n in nodes),
-        gpus=tuple(
-            GpuView(
-                id=gpu.id,
-                node_id=gpu.node_id,
-                index=gpu.index,
-                model=gpu.model,
-                memory_total_mib=gpu.memory_total_mib,
-                reserved_mib=reserved.get(gpu.id, 0),
-                used_mib=max(0, gpu.memory_used_mib - gpu.memory_foreign_mib),
-                foreign_mib=gpu.memory_foreign_mib,
-                utilization_pct=gpu.utilization_pct,
-                healthy=gpu.healthy,
-                jobs=count.get(gpu.id, 0),
-                uuid=gpu.uuid,
-            )
-            for gpu in gpus.values()
-        ),
+        gpus=_gpu_views(list(gpus.values()), active),
         pending=tuple(_pending_view(job) for job in pending),
-        running=tuple(running),
+        running=tuple(_running(attempt) for attempt in active),
         now=utcnow(),
     )
     return snapshot, {job.id: job for job in pending}, gpus
@@ -185,12 +202,16 @@ class SchedulerLoop:
     takes seconds; cycles go on meanwhile)."""
 
     def __init__(
-        self, sessions: sessionmaker[Session], settings: Settings, estimators: EstimatorState
+        self,
+        sessions: sessionmaker[Session],
+        settings: Settings,
+        scheduler: Scheduler,
+        estimators: EstimatorState,
     ) -> None:
         self._sessions = sessions
         self._interval_s = settings.schedule_interval_s
         self._refit_interval_s = settings.estimator_refit_interval_s
-        self._scheduler = Scheduler(settings.scheduler())
+        self._scheduler = scheduler
         self._estimators = estimators
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="colloc-scheduler", daemon=True)

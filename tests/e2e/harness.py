@@ -8,12 +8,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import yaml
+
+FINAL = {"succeeded", "failed", "oom", "cancelled", "lost"}
 
 FAST = {"COLLOC_HEARTBEAT_INTERVAL_S": "0.5", "COLLOC_SCHEDULE_INTERVAL_S": "0.3"}
 
@@ -162,3 +165,31 @@ class LocalColloc:
             state = yaml.safe_load(path.read_text())
             used[state["uuid"]] = sum(p["mib"] for p in state["processes"].values())
         return used
+
+
+@contextmanager
+def running(
+    root: Path, database_url: str, env: dict[str, str] | None = None
+) -> Iterator[LocalColloc]:
+    """A started server and agents, stopped afterwards."""
+    local = LocalColloc(root, database_url, env)
+    local.start_server()
+    local.start_agents()
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+def simjob(peak: int | str, seconds: float, ramp: float = 1.0) -> list[str]:
+    """The command of a simulated training job."""
+    return [
+        "colloc",
+        "simjob",
+        "--peak-mib",
+        str(peak),
+        "--seconds",
+        str(seconds),
+        "--ramp-seconds",
+        str(ramp),
+    ]

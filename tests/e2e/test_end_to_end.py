@@ -11,33 +11,13 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.harness import LocalColloc
-
-FINAL = {"succeeded", "failed", "oom", "cancelled", "lost"}
+from tests.e2e.harness import FINAL, LocalColloc, running, simjob
 
 
 @pytest.fixture
 def colloc(tmp_path: Path, database_url: str) -> Iterator[LocalColloc]:
-    local = LocalColloc(tmp_path, database_url)
-    local.start_server()
-    local.start_agents()
-    try:
+    with running(tmp_path, database_url) as local:
         yield local
-    finally:
-        local.stop()
-
-
-def simjob(peak: str, seconds: float, ramp: float = 0.5) -> list[str]:
-    return [
-        "colloc",
-        "simjob",
-        "--peak-mib",
-        peak,
-        "--seconds",
-        str(seconds),
-        "--ramp-seconds",
-        str(ramp),
-    ]
 
 
 def submit_file(colloc: LocalColloc, spec: dict[str, Any]) -> int:
@@ -73,13 +53,14 @@ def test_jobs_run_collocate_oom_cancel_and_survive_a_server_restart(
                 "name": f"small-{i}",
                 "memory_mib": 5000,
                 "gpu_models": ["A100-40GB"],
-                "command": simjob("4000", 3),
+                "command": simjob("4000", 3, ramp=0.5),
             },
         )
         for i in range(2)
     ]
     gang = submit_http(
-        colloc, {"name": "gang", "gpus": 2, "memory_mib": 3000, "command": simjob("T4=2500", 2)}
+        colloc,
+        {"name": "gang", "gpus": 2, "memory_mib": 3000, "command": simjob("T4=2500", 2, ramp=0.5)},
     )
     oom = submit_http(
         colloc,
@@ -120,7 +101,7 @@ def test_jobs_run_collocate_oom_cancel_and_survive_a_server_restart(
 
     # cancel a running job: its process group is stopped and its memory freed
     doomed = submit_http(
-        colloc, {"name": "doomed", "memory_mib": 2000, "command": simjob("1500", 120)}
+        colloc, {"name": "doomed", "memory_mib": 2000, "command": simjob("1500", 120, ramp=0.5)}
     )
     colloc.wait_for(doomed, {"running"})
     result = colloc.cli("cancel", str(doomed))
@@ -129,7 +110,7 @@ def test_jobs_run_collocate_oom_cancel_and_survive_a_server_restart(
 
     # the server dies while a job runs; the job finishes and nothing is lost
     survivor = submit_http(
-        colloc, {"name": "survivor", "memory_mib": 2000, "command": simjob("1000", 4)}
+        colloc, {"name": "survivor", "memory_mib": 2000, "command": simjob("1000", 4, ramp=0.5)}
     )
     colloc.wait_for(survivor, {"running"})
     before = colloc.http.get("/v1/jobs").json()["total"]

@@ -1,4 +1,8 @@
-"""Two scheduler replicas on one PostgreSQL never promise a GPU's memory twice."""
+"""Two scheduler replicas on one PostgreSQL never promise a GPU's memory twice.
+
+A property check under real concurrency. Removing the advisory lock alone rarely breaks
+it (identical plans collide on the attempts' unique key and one rolls back), so the
+lock itself is proven by tests/service/test_concurrency.py."""
 
 from __future__ import annotations
 

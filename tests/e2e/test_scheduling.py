@@ -17,9 +17,8 @@ from typing import Any
 import pytest
 
 from estimator.learned import measurements
-from tests.e2e.harness import LocalColloc
+from tests.e2e.harness import FINAL, LocalColloc, running, simjob
 
-FINAL = {"succeeded", "failed", "oom", "cancelled", "lost"}
 A100 = "NVIDIA A100-SXM4-40GB"
 MEASURED = {  # (catalog name, batch) -> measured peak MiB on the A100, from the table
     (json.loads(r.model)["catalog"], r.batch_size): r.measured_mib
@@ -35,26 +34,8 @@ def colloc(tmp_path: Path, database_url: str) -> Iterator[LocalColloc]:
         "COLLOC_QUEUE_QUOTAS": json.dumps({"limited": {"gpus": 1}}),
         "COLLOC_RESERVATION_STABLE_S": "600",
     }
-    local = LocalColloc(tmp_path, database_url, env)
-    local.start_server()
-    local.start_agents()
-    try:
+    with running(tmp_path, database_url, env) as local:
         yield local
-    finally:
-        local.stop()
-
-
-def simjob(peak: int | str, seconds: float, ramp: float = 1.0) -> list[str]:
-    return [
-        "colloc",
-        "simjob",
-        "--peak-mib",
-        str(peak),
-        "--seconds",
-        str(seconds),
-        "--ramp-seconds",
-        str(ramp),
-    ]
 
 
 def submit(colloc: LocalColloc, spec: dict[str, Any]) -> int:
