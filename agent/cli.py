@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import signal
-import socket
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from types import FrameType
@@ -19,14 +16,11 @@ from agent.backends.nvml import DeviceUnavailable, NvmlBackend
 from agent.backends.simulated import SimulatedBackend
 from agent.client import SchedulerClient
 from agent.cluster import ClusterFileError, load_cluster
+from agent.config import AgentConfigError, AgentSettings, load_settings
 from agent.daemon import Agent, AgentConfig
 from agent.simjob import SimjobError, parse_peaks, run
 
 log = logging.getLogger(__name__)
-
-
-def default_sim_state() -> Path:
-    return Path(tempfile.gettempdir()) / "colloc-sim"
 
 
 def _fail(message: str) -> int:
@@ -34,31 +28,62 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _simulated(args: argparse.Namespace) -> tuple[str, DeviceBackend]:
-    """The node of the cluster file the arguments name, on simulated GPUs."""
-    nodes = load_cluster(args.simulate)
+def _simulated(settings: AgentSettings) -> tuple[str, DeviceBackend]:
+    """The node of the cluster file the settings name, on simulated GPUs."""
+    assert settings.simulate is not None
+    nodes = load_cluster(settings.simulate)
     names = [node.name for node in nodes]
-    if args.node is None and len(nodes) > 1:
-        raise ValueError(f"{args.simulate} has several nodes; pick one with --node ({names})")
-    node = next((n for n in nodes if args.node in (None, n.name)), None)
+    if settings.node is None and len(nodes) > 1:
+        raise ValueError(f"{settings.simulate} has several nodes; pick one with --node ({names})")
+    node = next((n for n in nodes if settings.node in (None, n.name)), None)
     if node is None:
-        raise ValueError(f"no node {args.node!r} in {args.simulate} (nodes: {names})")
-    return node.name, SimulatedBackend(node, args.sim_state)
+        raise ValueError(f"no node {settings.node!r} in {settings.simulate} (nodes: {names})")
+    return node.name, SimulatedBackend(node, settings.sim_state)
+
+
+FLAGS = (
+    "server",
+    "token",
+    "token_file",
+    "node",
+    "simulate",
+    "sim_state",
+    "state_dir",
+    "logs_dir",
+    "sample_interval_s",
+    "kill_grace_s",
+    "max_backoff_s",
+    "enforcement",
+    "enforcement_tolerance",
+    "xid_quarantine_s",
+    "stop_jobs_on_exit",
+)
 
 
 def run_agent(args: argparse.Namespace) -> int:
     try:
-        if args.simulate is not None:
-            name, backend = _simulated(args)
+        settings = load_settings(args.config, {key: getattr(args, key) for key in FLAGS})
+        token = settings.resolved_token()
+        if settings.simulate is not None:
+            name, backend = _simulated(settings)
         else:
-            name, backend = args.node or socket.gethostname(), NvmlBackend.open()
-    except (ClusterFileError, DeviceUnavailable, ValueError) as exc:
+            name, backend = settings.node_name(), NvmlBackend.open()
+    except (AgentConfigError, ClusterFileError, DeviceUnavailable, ValueError) as exc:
         return _fail(str(exc))
-    logs_dir = args.logs_dir or Path(tempfile.gettempdir()) / "colloc-logs" / name
     agent = Agent(
-        SchedulerClient(args.server, args.token),
+        SchedulerClient(settings.server, token),
         backend,
-        AgentConfig(name=name, logs_dir=logs_dir, kill_grace_s=args.kill_grace),
+        AgentConfig(
+            name=name,
+            state_dir=settings.state_path(name),
+            logs_dir=settings.logs_path(name),
+            sample_interval_s=settings.sample_interval_s,
+            kill_grace_s=settings.kill_grace_s,
+            max_backoff_s=settings.max_backoff_s,
+            enforcement=settings.enforcement_rules(),
+            xid_quarantine_s=settings.xid_quarantine_s,
+            stop_jobs_on_exit=settings.stop_jobs_on_exit,
+        ),
     )
     stop = threading.Event()
 
@@ -84,25 +109,60 @@ def run_simjob(args: argparse.Namespace) -> int:
 
 
 def add_commands(commands: Any) -> None:
+    # every option defaults to None so that the config file and environment show through
     agent = commands.add_parser("agent", help="run the node agent")
-    agent.add_argument("--server", default=os.environ.get("COLLOC_SERVER", "http://127.0.0.1:8000"))
-    agent.add_argument("--token", default=os.environ.get("COLLOC_TOKEN"))
+    agent.add_argument("--config", type=Path, metavar="FILE.yaml", help="agent config file")
+    agent.add_argument("--server", help="the scheduler's URL (COLLOC_SERVER)")
+    agent.add_argument("--token", help="this node's agent token (COLLOC_TOKEN)")
+    agent.add_argument("--token-file", type=Path, help="a file holding the node token")
     agent.add_argument("--simulate", type=Path, metavar="FILE.yaml", help="simulated cluster file")
     agent.add_argument(
         "--node", help="this node's name (with --simulate: which node of the file it is)"
     )
+    agent.add_argument("--sim-state", type=Path, help="directory of the shared simulated GPU state")
     agent.add_argument(
-        "--sim-state",
-        type=Path,
-        default=default_sim_state(),
-        help="directory of the shared simulated GPU state",
+        "--state-dir", type=Path, help="where running jobs are recorded across agent restarts"
     )
     agent.add_argument("--logs-dir", type=Path, help="where job stdout/stderr go")
     agent.add_argument(
-        "--kill-grace",
+        "--sample-interval",
+        dest="sample_interval_s",
         type=float,
-        default=10.0,
+        help="seconds between GPU samples (at most 0.5)",
+    )
+    agent.add_argument(
+        "--kill-grace",
+        dest="kill_grace_s",
+        type=float,
         help="seconds between SIGTERM and SIGKILL when cancelling",
+    )
+    agent.add_argument(
+        "--max-backoff",
+        dest="max_backoff_s",
+        type=float,
+        help="longest wait between heartbeats while the server is unreachable",
+    )
+    agent.add_argument(
+        "--enforcement",
+        choices=["warn", "kill"],
+        help="what to do with a job over its reservation (default warn)",
+    )
+    agent.add_argument(
+        "--enforcement-tolerance",
+        type=float,
+        help="share of the reservation a job may exceed it by (default 0.1)",
+    )
+    agent.add_argument(
+        "--xid-quarantine",
+        dest="xid_quarantine_s",
+        type=float,
+        help="seconds a GPU stays unhealthy after a critical XID or ECC error",
+    )
+    agent.add_argument(
+        "--stop-jobs-on-exit",
+        action="store_true",
+        default=None,
+        help="stop the jobs when the agent stops (default: they keep running)",
     )
     agent.set_defaults(run=run_agent)
 

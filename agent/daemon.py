@@ -1,38 +1,54 @@
 """The agent's main loop: sample GPUs, watch jobs, heartbeat, act on the reply.
 
 Samples are taken every `sample_interval_s` (2 Hz by default) so a job's peak is seen
-between heartbeats; jobs keep running and their exits are kept while the server is
-unreachable, and are reported once it answers again.
+between heartbeats. Jobs do not depend on the agent: while the server is unreachable
+they keep running and what happens to them (exits, peaks, logs, notices) is kept and
+reported once it answers again; when the agent itself stops or dies, its successor
+finds the jobs in the state directory and goes on watching them.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from agent import __version__
+from agent import __version__, proctree
 from agent.backends.base import DeviceBackend, GpuSample
 from agent.client import SchedulerClient, ServerError
-from agent.launcher import JobProcess, kill_if_overdue, launch, poll, terminate
+from agent.enforcement import Enforcement
+from agent.health import HealthTracker
+from agent.job import JobProcess, RunStore
+from agent.launcher import adopt, kill, kill_if_overdue, launch, poll, terminate
+from agent.logship import HEARTBEAT_BYTES, chunks, drained
 
 log = logging.getLogger(__name__)
+
+DEFAULT_LOG_KEEP_BYTES = 8 * 1024 * 1024
+
+
+def near_full_mib(total_mib: int) -> int:
+    """Free memory below which a GPU counts as full: 3% of it, at least 512 MiB."""
+    return max(512, total_mib * 3 // 100)
 
 
 @dataclass(frozen=True)
 class AgentConfig:
     name: str
+    state_dir: Path
     logs_dir: Path
     sample_interval_s: float = 0.5
     kill_grace_s: float = 10.0
     max_backoff_s: float = 30.0
+    enforcement: Enforcement = field(default_factory=Enforcement)
+    xid_quarantine_s: float = 600.0
+    stop_jobs_on_exit: bool = False
 
 
 class Agent:
@@ -42,11 +58,29 @@ class Agent:
         self.client = client
         self.backend = backend
         self.config = config
-        self.jobs: dict[tuple[int, int], JobProcess] = {}
+        self.store = RunStore(config.state_dir)
+        self.health = HealthTracker(config.xid_quarantine_s)
         self.node_id: int | None = None
         self.heartbeat_interval_s = 2.0
+        self._log_keep_bytes = DEFAULT_LOG_KEEP_BYTES
+        self._totals = {d.uuid: d.memory_total_mib for d in backend.devices()}
         self._samples: list[GpuSample] = []
+        self._foreign: dict[str, int] = {}
+        self._unhealthy: dict[str, str | None] = {}
         self._failures = 0
+        self.jobs: dict[tuple[int, int], JobProcess] = {}
+        self._recover()
+
+    def _recover(self) -> None:
+        """Take up the jobs an earlier agent process left running (or ended)."""
+        for job in self.store.load_all():
+            if not adopt(job):
+                log.info("job %s attempt %s was never started; dropping it", *job.key)
+                self.store.remove(job)
+                continue
+            self.jobs[job.key] = job
+        if self.jobs:
+            log.info("found %d job(s) from an earlier agent: %s", len(self.jobs), list(self.jobs))
 
     # -- registration and heartbeats ------------------------------------------------
 
@@ -73,36 +107,54 @@ class Agent:
         if self.node_id is None:
             self.register()
         assert self.node_id is not None
-        body = {
-            "gpus": [self._gpu_state(sample) for sample in self._samples],
-            "attempts": [job.report() for job in self.jobs.values()],
-        }
+        budget = HEARTBEAT_BYTES
+        reports = []
+        for job in self.jobs.values():
+            report = job.report()
+            report["logs"] = chunks(job, budget, self._log_keep_bytes)
+            budget -= sum(len(chunk["data"]) * 3 // 4 for chunk in report["logs"])
+            reports.append(report)
+        body = {"gpus": [self._gpu_state(s) for s in self._samples], "attempts": reports}
         try:
             reply = self.client.heartbeat(self.node_id, body)
         except ServerError as exc:
             if exc.status == 404:  # the server no longer knows this node
                 self.node_id = None
             raise
+        for report in reports:  # the server has these notices now
+            job = self.jobs[(report["job_id"], report["attempt"])]
+            delivered = {notice["seq"] for notice in report["notices"]}
+            job.notices = [n for n in job.notices if n["seq"] not in delivered]
         self._apply(reply)
 
     def _gpu_state(self, sample: GpuSample) -> dict[str, Any]:
-        ours = {job.pgid for job in self.jobs.values() if job.pgid is not None}
-        foreign = sum(p.used_mib for p in sample.processes if _process_group(p.pid) not in ours)
+        reason = self._unhealthy.get(sample.uuid)
         return {
             "uuid": sample.uuid,
             "memory_used_mib": sample.memory_used_mib,
-            "memory_foreign_mib": foreign,
+            "memory_foreign_mib": self._foreign.get(sample.uuid, 0),
             "utilization_pct": sample.utilization_pct,
-            "healthy": sample.healthy,
+            "memory_utilization_pct": sample.memory_utilization_pct,
+            "temperature_c": sample.temperature_c,
+            "power_w": sample.power_w,
+            "mig_enabled": sample.mig_enabled,
+            "healthy": reason is None,
+            "health_reason": reason,
         }
 
     def _apply(self, reply: dict[str, Any]) -> None:
         self.heartbeat_interval_s = float(reply["heartbeat_interval_s"])
+        self._log_keep_bytes = int(reply.get("log_keep_bytes", self._log_keep_bytes))
+        held = {(o["job_id"], o["attempt"]): o for o in reply.get("log_offsets", [])}
+        for key, offsets in held.items():
+            if key in self.jobs:
+                self.jobs[key].log_sent = {"stdout": offsets["stdout"], "stderr": offsets["stderr"]}
         for ref in reply["acknowledged"]:
             key = (ref["job_id"], ref["attempt"])
             job = self.jobs.get(key)
-            if job is not None and job.outcome is not None:
+            if job is not None and job.outcome is not None and (key not in held or drained(job)):
                 del self.jobs[key]
+                self.store.remove(job)
         for ref in reply["cancellations"]:
             job = self.jobs.get((ref["job_id"], ref["attempt"]))
             if job is not None:
@@ -110,41 +162,97 @@ class Agent:
                 terminate(job)
         for assignment in reply["assignments"]:
             key = (assignment["job_id"], assignment["attempt"])
-            if key in self.jobs:
-                continue
-            log.info("launching job %s attempt %s: %s", *key, assignment["command"])
-            self.jobs[key] = launch(
-                job_id=assignment["job_id"],
-                attempt=assignment["attempt"],
-                command=assignment["command"],
-                env=assignment["env"],
-                workdir=assignment["workdir"],
-                gpu_uuids=assignment["gpu_uuids"],
-                logs_dir=self.config.logs_dir,
-                extra_env=self.backend.job_environment(),
-            )
+            if key not in self.jobs:
+                self._launch(assignment)
+        for job in self.jobs.values():
+            self.store.save(job)
+
+    def _launch(self, assignment: dict[str, Any]) -> None:
+        job_id, attempt, uuids = (
+            assignment["job_id"],
+            assignment["attempt"],
+            assignment["gpu_uuids"],
+        )
+        log.info("launching job %s attempt %s: %s", job_id, attempt, assignment["command"])
+        stem = self.config.logs_dir / f"job-{job_id}-attempt-{attempt}"
+        job = JobProcess(
+            job_id=job_id,
+            attempt=attempt,
+            gpu_uuids=uuids,
+            run_dir=self.store.run_dir(job_id, attempt),
+            stdout_path=stem.with_suffix(".out"),
+            stderr_path=stem.with_suffix(".err"),
+            limit_mib_by_gpu=assignment.get("reserved_mib_by_gpu")
+            or dict.fromkeys(uuids, assignment["reserved_mib"]),
+        )
+        self.jobs[job.key] = job
+        launch(
+            store=self.store,
+            job=job,
+            command=assignment["command"],
+            env=assignment["env"],
+            workdir=assignment["workdir"],
+            extra_env=self.backend.job_environment(),
+        )
 
     # -- watching jobs --------------------------------------------------------------
 
     def sample(self) -> None:
-        """Read the GPUs, raise each job's peaks, and notice exits."""
-        self._samples = self.backend.sample()
-        by_group: dict[int, JobProcess] = {
-            job.pgid: job for job in self.jobs.values() if job.pgid is not None and not job.outcome
-        }
-        for sample in self._samples:
-            used: dict[int, int] = {}
-            for process in sample.processes:
-                pgid = _process_group(process.pid)
-                if pgid in by_group:
-                    used[pgid] = used.get(pgid, 0) + process.used_mib
-            for pgid, mib in used.items():
-                peaks = by_group[pgid].peak_mib_by_gpu
-                peaks[sample.uuid] = max(peaks.get(sample.uuid, 0), mib)
+        """Notice exits, then read the GPUs: each job's use, peaks, limits, health."""
         for job in self.jobs.values():
-            if poll(job):
-                continue
-            kill_if_overdue(job, self.config.kill_grace_s)
+            if not poll(job):  # an exit is judged on the sample before it
+                kill_if_overdue(job, self.config.kill_grace_s)
+        self._samples = self.backend.sample()
+        running = {job.pid: job for job in self.jobs.values() if job.outcome is None and job.pid}
+        full: dict[str, str] = {}
+        for sample in self._samples:
+            self._unhealthy[sample.uuid] = self.health.assess(sample)
+            used: dict[tuple[int, int], int] = {}
+            foreign = 0
+            for process in sample.processes:
+                owner = proctree.owner(process.pid, running)
+                if owner is None:
+                    foreign += process.used_mib
+                else:
+                    used[owner.key] = used.get(owner.key, 0) + process.used_mib
+            self._foreign[sample.uuid] = foreign
+            total = self._totals.get(sample.uuid, 0)
+            if not sample.lost and total - sample.memory_used_mib <= near_full_mib(total):
+                full[sample.uuid] = f"{sample.memory_used_mib} of {total} MiB in use"
+            for job in running.values():
+                if sample.uuid in job.gpu_uuids:
+                    self._account(job, sample.uuid, used.get(job.key, 0))
+        for job in running.values():
+            job.gpu_full = next((full[u] for u in job.gpu_uuids if u in full), None)
+        for job in self.jobs.values():
+            self.store.save(job)
+
+    def _account(self, job: JobProcess, uuid: str, used_mib: int) -> None:
+        job.used_mib_by_gpu[uuid] = used_mib
+        job.peak_mib_by_gpu[uuid] = max(job.peak_mib_by_gpu.get(uuid, 0), used_mib)
+        enforcement = self.config.enforcement
+        reserved = job.limit_mib_by_gpu.get(uuid)
+        if reserved is None or used_mib <= enforcement.limit_mib(reserved):
+            return
+        if uuid in job.over_limit:
+            return  # reported once per GPU and attempt
+        job.over_limit.append(uuid)
+        message = enforcement.describe(uuid, used_mib, reserved)
+        log.warning("job %s attempt %s %s", job.job_id, job.attempt, message)
+        job.notices.append(
+            {
+                "seq": len(job.over_limit),
+                "kind": "over_reservation",
+                "gpu_uuid": uuid,
+                "used_mib": used_mib,
+                "reserved_mib": reserved,
+                "action": enforcement.policy,
+                "message": message,
+            }
+        )
+        if enforcement.policy == "kill":
+            job.enforced = message
+            kill(job)
 
     # -- the loop -------------------------------------------------------------------
 
@@ -158,15 +266,21 @@ class Agent:
             stop.wait(self.config.sample_interval_s)
 
     def shutdown(self) -> None:
-        """Stop every job: the agent keeps no state file yet, so none may outlive it."""
+        """Leave the jobs running for the next agent process, or stop them all first."""
+        if not self.config.stop_jobs_on_exit:
+            running = sum(1 for job in self.jobs.values() if job.outcome is None)
+            log.info("agent stopping; %d job(s) keep running", running)
+            return
         for job in self.jobs.values():
             terminate(job)
         deadline = time.monotonic() + self.config.kill_grace_s
-        while any(not poll(job) for job in self.jobs.values()):
+        while not all(poll(job) for job in self.jobs.values()):
             if time.monotonic() >= deadline:
                 for job in self.jobs.values():
-                    kill_if_overdue(job, 0)
+                    kill(job)
             time.sleep(0.1)
+        for job in self.jobs.values():
+            self.store.save(job)
 
     def _heartbeat_once(self) -> float:
         """One heartbeat; the delay until the next one (backing off while failing)."""
@@ -184,10 +298,3 @@ class Agent:
             log.info("server reachable again after %d failed heartbeat(s)", self._failures)
         self._failures = 0
         return self.heartbeat_interval_s
-
-
-def _process_group(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None

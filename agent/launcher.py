@@ -1,146 +1,167 @@
-"""Starting and stopping job processes, each in its own process group."""
+"""Starting, watching and stopping job processes, each under a supervisor of its own.
+
+The agent starts `agent.shim` in a new session (so the supervisor's pid is the job's
+process group and session id); the supervisor starts the command and records its exit.
+Whether a supervisor is alive is read from its run directory's lock, which works the
+same for jobs this agent started and for jobs a previous agent process started.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
-from typing import Any
 
+from agent import proctree
+from agent.job import JobProcess, RunStore, now
 from agent.outcome import classify, stderr_tail
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass
-class JobProcess:
-    """One attempt this agent runs, from launch until the server acknowledges its exit."""
-
-    job_id: int
-    attempt: int
-    gpu_uuids: list[str]
-    stdout_path: Path
-    stderr_path: Path
-    popen: subprocess.Popen[bytes] | None
-    started_at: datetime = field(default_factory=_now)
-    peak_mib_by_gpu: dict[str, int] = field(default_factory=dict)
-    term_sent_at: float | None = None
-    exit_code: int | None = None
-    finished_at: datetime | None = None
-    outcome: str | None = None
-    reason: str | None = None
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.job_id, self.attempt)
-
-    @property
-    def pgid(self) -> int | None:
-        return self.popen.pid if self.popen is not None else None
-
-    def report(self) -> dict[str, Any]:
-        """This attempt as a heartbeat carries it."""
-        body: dict[str, Any] = {
-            "job_id": self.job_id,
-            "attempt": self.attempt,
-            "state": "running" if self.outcome is None else "exited",
-            "started_at": self.started_at.isoformat(),
-            "peak_mib_by_gpu": dict(self.peak_mib_by_gpu),
-        }
-        if self.outcome is not None:
-            assert self.finished_at is not None
-            body.update(
-                finished_at=self.finished_at.isoformat(),
-                exit_code=self.exit_code,
-                outcome=self.outcome,
-                reason=self.reason,
-            )
-        return body
+from agent.shim import write_json
 
 
 def launch(
     *,
-    job_id: int,
-    attempt: int,
+    store: RunStore,
+    job: JobProcess,
     command: list[str],
     env: dict[str, str],
     workdir: str | None,
-    gpu_uuids: list[str],
-    logs_dir: Path,
     extra_env: dict[str, str],
-) -> JobProcess:
+) -> None:
     """Start the command with only its GPUs visible; a start failure is a failed exit."""
-    logs_dir.mkdir(parents=True, exist_ok=True)
-    stem = logs_dir / f"job-{job_id}-attempt-{attempt}"
-    job = JobProcess(
-        job_id, attempt, gpu_uuids, stem.with_suffix(".out"), stem.with_suffix(".err"), None
-    )
-    full_env = {
-        **os.environ,
+    job.stdout_path.parent.mkdir(parents=True, exist_ok=True)
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    job_env = {
         **env,
         **extra_env,
-        "CUDA_VISIBLE_DEVICES": ",".join(gpu_uuids),
-        "COLLOC_JOB_ID": str(job_id),
-        "COLLOC_ATTEMPT": str(attempt),
+        "CUDA_VISIBLE_DEVICES": ",".join(job.gpu_uuids),
+        "COLLOC_JOB_ID": str(job.job_id),
+        "COLLOC_ATTEMPT": str(job.attempt),
     }
-    with open(job.stdout_path, "ab") as out, open(job.stderr_path, "ab") as err:
-        try:
+    write_json(job.run_dir / "spec.json", {"command": command, "env": job_env, "workdir": workdir})
+    store.save(job)  # first the record, so a restart knows of the attempt
+    lock = os.open(job.run_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # handed to the supervisor, held while it lives
+        with open(job.stdout_path, "ab") as out, open(job.stderr_path, "ab") as err:
             job.popen = subprocess.Popen(
-                command,
-                env=full_env,
-                cwd=workdir,
+                [sys.executable, "-m", "agent.shim", str(job.run_dir)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
+                pass_fds=(lock,),
             )
-        except OSError as exc:
-            message = f"cannot start {command[0]!r}: {exc.strerror or exc}"
-            err.write((message + "\n").encode())
-            job.exit_code, job.outcome, job.reason = 127, "failed", message
-            job.finished_at = _now()
-    return job
+        job.pid = job.popen.pid
+    except OSError as exc:
+        job.exit_code, job.outcome = 127, "failed"
+        job.reason = f"cannot start the job's supervisor: {exc.strerror or exc}"
+        job.finished_at = now()
+    finally:
+        os.close(lock)
+    store.save(job)
+
+
+def supervisor_alive(run_dir: Path) -> bool:
+    """Whether the run's supervisor still holds its lock."""
+    try:
+        probe = os.open(run_dir / "lock", os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(probe)  # also releases the probe's own lock
+    return False
+
+
+def adopt(job: JobProcess, wait_s: float = 5.0) -> bool:
+    """Take up a job recorded by an earlier agent; False if it never started.
+
+    A record without a pid was written just before a launch that the earlier agent
+    may not have finished: a live supervisor then says so in its pid file.
+    """
+    if job.pid is not None or job.outcome is not None:
+        return True
+    pid_file = job.run_dir / "pid"
+    deadline = time.monotonic() + wait_s
+    while supervisor_alive(job.run_dir) and not pid_file.exists():
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
+    if pid_file.exists():
+        job.pid = int(pid_file.read_text(encoding="utf-8") or 0) or None
+    return job.pid is not None or (job.run_dir / "exit.json").exists()
 
 
 def poll(job: JobProcess) -> bool:
-    """Record the exit if the process has ended; whether it has."""
+    """Record the exit if the job has ended; whether it has."""
     if job.outcome is not None:
         return True
-    assert job.popen is not None
-    exit_code = job.popen.poll()
-    if exit_code is None:
+    if supervisor_alive(job.run_dir):
         return False
-    job.exit_code = exit_code
-    job.finished_at = _now()
+    if job.popen is not None:
+        job.popen.wait()  # reap our own child
+    exit_code: int | None = None
+    error = None
+    finished_at = now()
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        status = json.loads((job.run_dir / "exit.json").read_text(encoding="utf-8"))
+        exit_code, error = status["exit_code"], status["error"]
+        finished_at = datetime.fromisoformat(status["finished_at"])
+    if exit_code is None and job.kill_sent:
+        exit_code = -signal.SIGKILL  # the supervisor died with the job
     _signal_group(job, signal.SIGKILL)  # stragglers left in the group die with the job
-    cancelled = job.term_sent_at is not None
-    job.outcome, job.reason = classify(exit_code, stderr_tail(job.stderr_path), cancelled)
+    job.exit_code, job.finished_at = exit_code, finished_at
+    job.outcome, job.reason = classify(
+        exit_code,
+        stderr_tail(job.stderr_path),
+        cancelled=job.term_sent_at is not None and job.enforced is None,
+        gpu_full=job.gpu_full,
+    )
+    if error is not None and job.outcome == "failed":
+        job.reason = error
+    if job.enforced is not None and job.outcome != "succeeded":
+        job.outcome, job.reason = "oom", job.enforced
     return True
 
 
 def _signal_group(job: JobProcess, signum: int) -> None:
-    if job.pgid is None:
+    """Signal the job's process group, and whatever of its tree has left the group."""
+    if job.pid is None:
         return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(job.pgid, signum)
+    tree = proctree.members(job.pid)  # before any of it dies and its children are orphaned
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(job.pid, signum)
+    for pid in tree:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signum)
 
 
 def terminate(job: JobProcess) -> None:
     """Ask the job's whole process group to stop (SIGTERM)."""
     if job.outcome is None and job.term_sent_at is None:
-        job.term_sent_at = time.monotonic()
+        job.term_sent_at = time.time()
         _signal_group(job, signal.SIGTERM)
+
+
+def kill(job: JobProcess) -> None:
+    """SIGKILL the job's whole process group, supervisor included."""
+    if job.outcome is None:
+        job.kill_sent = True
+        _signal_group(job, signal.SIGKILL)
 
 
 def kill_if_overdue(job: JobProcess, grace_s: float) -> None:
     """SIGKILL a process group that has ignored SIGTERM for `grace_s`."""
-    overdue = job.term_sent_at is not None and time.monotonic() - job.term_sent_at >= grace_s
-    if job.outcome is None and overdue:
-        _signal_group(job, signal.SIGKILL)
+    overdue = job.term_sent_at is not None and time.time() - job.term_sent_at >= grace_s
+    if overdue and not job.kill_sent:
+        kill(job)

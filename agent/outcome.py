@@ -28,16 +28,28 @@ def stderr_tail(path: Path) -> str:
         return ""
 
 
-def classify(exit_code: int, stderr: str, cancelled: bool) -> tuple[str, str | None]:
-    """(outcome, reason) of a finished job process."""
+def classify(
+    exit_code: int | None, stderr: str, *, cancelled: bool, gpu_full: str | None = None
+) -> tuple[str, str | None]:
+    """(outcome, reason) of a finished job process.
+
+    `exit_code` is None when the job's supervisor was killed with it, so its status is
+    unknown. A job that fails without an OOM message while its GPU was full
+    (`gpu_full` says how full) most likely died of it all the same: the CUDA driver
+    or a framework's allocator can abort without printing one.
+    """
     if cancelled:
         return "cancelled", "stopped on request"
-    match = OOM_PATTERNS.search(stderr)
-    if exit_code != 0 and match:
-        line = next((ln for ln in stderr.splitlines() if match.group(0) in ln), match.group(0))
-        return "oom", line.strip()[:1000]
     if exit_code == 0:
         return "succeeded", None
+    match = OOM_PATTERNS.search(stderr)
+    if match:
+        line = next((ln for ln in stderr.splitlines() if match.group(0) in ln), match.group(0))
+        return "oom", line.strip()[:1000]
+    if gpu_full is not None:
+        return "oom", f"died while its GPU was full ({gpu_full})"
+    if exit_code is None:
+        return "failed", "its supervisor was killed; the exit status is unknown"
     if exit_code < 0:
         return "failed", f"killed by signal {-exit_code}"
     return "failed", f"exited with status {exit_code}"

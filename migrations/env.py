@@ -7,6 +7,7 @@ from alembic import context
 import service.estimates.models
 import service.events.models
 import service.jobs.models
+import service.logs.models
 import service.nodes.models  # noqa: F401  (register every table on the metadata)
 from service.db import Base, make_engine
 

@@ -74,6 +74,8 @@ class Settings(BaseSettings):
     # running jobs' reservations follow what they really use once it is steady
     reservation_margin: float = Field(default=0.10, ge=0, le=2)
     reservation_stable_s: float = Field(default=120.0, ge=0)
+    # job output kept per attempt and stream (the newest bytes; older ones are dropped)
+    log_keep_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     # closed loop: refit the estimator's calibration this often when new peaks came in
     estimator_refit_interval_s: float = Field(default=0, ge=0)
 

@@ -24,13 +24,25 @@ class ProcessMemory:
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One reading of a GPU's state."""
+    """One reading of a GPU's state; None where the GPU cannot tell.
+
+    `lost` means the GPU stopped answering (fell off the bus); `xid_errors` are the
+    critical XID events seen since the previous sample; `ecc_uncorrected` is the
+    volatile count of uncorrected ECC errors since the driver loaded. Whether all this
+    makes the GPU unhealthy is the agent's call (`agent.health`), not the backend's.
+    """
 
     uuid: str
     memory_used_mib: int
     utilization_pct: float
-    healthy: bool
     processes: tuple[ProcessMemory, ...]
+    lost: bool = False
+    memory_utilization_pct: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    mig_enabled: bool | None = None
+    ecc_uncorrected: int | None = None
+    xid_errors: tuple[int, ...] = ()
 
 
 class DeviceBackend(Protocol):

@@ -1,19 +1,24 @@
 """Real GPUs through NVML (nvidia-ml-py's `pynvml`): the only module that calls it.
 
-Every NVML call goes through `_call`, which turns `NVMLError_NotSupported` into an
-explicit "no value" and a lost GPU into an unhealthy sample rather than a crash (the
-approach of nvitop's api/libnvml.py and dcgm-exporter's nvmlprovider).
+Every NVML call goes through `_call`, which turns `NVMLError_NotSupported` (and any
+other per-metric failure) into an explicit "no value" and a lost GPU into a sample
+marked lost rather than a crash (the approach of nvitop's api/libnvml.py and
+dcgm-exporter's nvmlprovider). Critical XID events come from one NVML event set per
+GPU, drained without waiting on every sample.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agent.backends.base import GpuDevice, GpuSample, ProcessMemory
 
 MIB = 1024 * 1024
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class DeviceUnavailable(RuntimeError):
@@ -28,12 +33,20 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+@dataclass
+class _Gpu:
+    device: GpuDevice
+    handle: Any
+    events: Any = None  # the GPU's XID event set, where it supports one
+
+
 class NvmlBackend:
     """The GPUs of this host; `open` fails with a clear message where no driver exists."""
 
     def __init__(self, nvml: Any) -> None:
         self._nvml = nvml
-        self._handles: list[tuple[GpuDevice, Any]] = []
+        self._gpus: list[_Gpu] = []
+        self._warned: set[tuple[str, str]] = set()
 
     @classmethod
     def open(cls) -> NvmlBackend:
@@ -62,48 +75,102 @@ class NvmlBackend:
                 model=_text(nvml.nvmlDeviceGetName(handle)),
                 memory_total_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total // MIB),
             )
-            self._handles.append((device, handle))
+            self._gpus.append(_Gpu(device, handle, self._xid_events(device, handle)))
+
+    def _xid_events(self, device: GpuDevice, handle: Any) -> Any:
+        """An event set receiving the GPU's critical XIDs; None where NVML has none."""
+        nvml = self._nvml
+        try:
+            events = nvml.nvmlEventSetCreate()
+            nvml.nvmlDeviceRegisterEvents(handle, nvml.nvmlEventTypeXidCriticalError, events)
+        except nvml.NVMLError as exc:
+            log.info("GPU %s: no XID events (%s)", device.uuid, exc)
+            return None
+        return events
 
     def close(self) -> None:
+        for gpu in self._gpus:
+            if gpu.events is not None:
+                self._nvml.nvmlEventSetFree(gpu.events)
         self._nvml.nvmlShutdown()
 
-    def _call(self, function: Callable[..., T], *args: Any) -> T | None:
-        """An NVML call; None where the GPU does not support it; _Lost if the GPU is gone."""
+    def _call(self, gpu: _Gpu, function: Callable[..., T], *args: Any) -> T | None:
+        """An NVML call; None where the GPU cannot answer it; _Lost if the GPU is gone."""
+        nvml = self._nvml
         try:
             return function(*args)
-        except self._nvml.NVMLError_NotSupported:
+        except nvml.NVMLError_NotSupported:
             return None
-        except self._nvml.NVMLError_GpuIsLost as exc:
+        except nvml.NVMLError_GpuIsLost as exc:
             raise _Lost from exc
+        except nvml.NVMLError as exc:
+            if (gpu.device.uuid, function.__name__) not in self._warned:
+                self._warned.add((gpu.device.uuid, function.__name__))
+                log.warning("GPU %s: %s failed: %s", gpu.device.uuid, function.__name__, exc)
+            return None
 
     def devices(self) -> list[GpuDevice]:
-        return [device for device, _handle in self._handles]
+        return [gpu.device for gpu in self._gpus]
 
-    def _sample(self, device: GpuDevice, handle: Any) -> GpuSample:
+    def _drain_xids(self, gpu: _Gpu) -> tuple[int, ...]:
         nvml = self._nvml
-        memory = self._call(nvml.nvmlDeviceGetMemoryInfo, handle)
-        rates = self._call(nvml.nvmlDeviceGetUtilizationRates, handle)
-        running = self._call(nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+        xids: list[int] = []
+        while gpu.events is not None:
+            try:
+                data = nvml.nvmlEventSetWait_v2(gpu.events, 0)
+            except nvml.NVMLError_Timeout:
+                break  # nothing more pending
+            except nvml.NVMLError_GpuIsLost as exc:
+                raise _Lost from exc
+            except nvml.NVMLError as exc:
+                log.warning("GPU %s: reading XID events failed: %s", gpu.device.uuid, exc)
+                break
+            if data.eventType & nvml.nvmlEventTypeXidCriticalError:
+                xids.append(int(data.eventData))
+        return tuple(xids)
+
+    def _sample(self, gpu: _Gpu) -> GpuSample:
+        nvml, handle = self._nvml, gpu.handle
+        memory = self._call(gpu, nvml.nvmlDeviceGetMemoryInfo, handle)
+        rates = self._call(gpu, nvml.nvmlDeviceGetUtilizationRates, handle)
+        running = self._call(gpu, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+        temperature = self._call(
+            gpu, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
+        )
+        power_mw = self._call(gpu, nvml.nvmlDeviceGetPowerUsage, handle)
+        mig = self._call(gpu, nvml.nvmlDeviceGetMigMode, handle)  # [current, pending]
+        ecc = self._call(
+            gpu,
+            nvml.nvmlDeviceGetTotalEccErrors,
+            handle,
+            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            nvml.NVML_VOLATILE_ECC,
+        )
         processes = tuple(
             # usedGpuMemory is None where the driver cannot attribute it (e.g. under MIG)
             ProcessMemory(int(p.pid), int((p.usedGpuMemory or 0) // MIB))
             for p in running
         )
         return GpuSample(
-            uuid=device.uuid,
+            uuid=gpu.device.uuid,
             memory_used_mib=int(memory.used // MIB) if memory is not None else 0,
             utilization_pct=float(rates.gpu) if rates is not None else 0.0,
-            healthy=True,
             processes=processes,
+            memory_utilization_pct=float(rates.memory) if rates is not None else None,
+            temperature_c=float(temperature) if temperature is not None else None,
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
+            mig_enabled=bool(mig[0] == nvml.NVML_DEVICE_MIG_ENABLE) if mig is not None else None,
+            ecc_uncorrected=int(ecc) if ecc is not None else None,
+            xid_errors=self._drain_xids(gpu),
         )
 
     def sample(self) -> list[GpuSample]:
         samples = []
-        for device, handle in self._handles:
+        for gpu in self._gpus:
             try:
-                samples.append(self._sample(device, handle))
+                samples.append(self._sample(gpu))
             except _Lost:
-                samples.append(GpuSample(device.uuid, 0, 0.0, False, ()))
+                samples.append(GpuSample(gpu.device.uuid, 0, 0.0, (), lost=True))
         return samples
 
     def job_environment(self) -> dict[str, str]:

@@ -4,7 +4,8 @@ Each GPU is a JSON file in a state directory holding the memory every process ha
 allocated on it. Agents read it; `colloc simjob` processes allocate from it and hit
 a CUDA OOM when an allocation would exceed the GPU's capacity. Entries of processes
 that have died are dropped on every access, as the driver frees a dead process's
-memory.
+memory. Faults are injected into the same files (`set_lost`, `inject_xid`,
+`add_ecc_errors`) so tests see them exactly as an agent would.
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ class SimulatedGpuStore:
             fcntl.flock(lock, fcntl.LOCK_EX)
             state: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
             before = json.dumps(state, sort_keys=True)
+            for key, empty in (("lost", False), ("xids", []), ("ecc_uncorrected", 0)):
+                state.setdefault(key, empty)  # files written before faults were simulated
             state["processes"] = {
                 pid: entry for pid, entry in state["processes"].items() if _alive(int(pid))
             }
@@ -82,7 +85,9 @@ class SimulatedGpuStore:
             "uuid": gpu.uuid,
             "model": gpu.model,
             "memory_total_mib": gpu.memory_total_mib,
-            "healthy": True,
+            "lost": False,
+            "xids": [],
+            "ecc_uncorrected": 0,
             "processes": {},
         }
         tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -111,9 +116,27 @@ class SimulatedGpuStore:
         with self._locked(uuid) as state:
             state["processes"].pop(str(pid), None)
 
-    def set_health(self, uuid: str, healthy: bool) -> None:
+    def observe(self, uuid: str) -> dict[str, Any]:
+        """The GPU's state for its agent; XIDs pending since the last look are consumed."""
         with self._locked(uuid) as state:
-            state["healthy"] = healthy
+            seen = {**state, "xids": list(state["xids"])}
+            state["xids"] = []
+            return seen
+
+    def set_lost(self, uuid: str, lost: bool) -> None:
+        """Make the GPU stop answering (fall off the bus), or come back."""
+        with self._locked(uuid) as state:
+            state["lost"] = lost
+
+    def inject_xid(self, uuid: str, xid: int) -> None:
+        """Raise a critical XID event, as the driver does on a GPU fault."""
+        with self._locked(uuid) as state:
+            state["xids"].append(xid)
+
+    def add_ecc_errors(self, uuid: str, count: int) -> None:
+        """Count `count` more uncorrected (volatile) ECC errors."""
+        with self._locked(uuid) as state:
+            state["ecc_uncorrected"] += count
 
 
 class SimulatedBackend:
@@ -133,7 +156,10 @@ class SimulatedBackend:
     def sample(self) -> list[GpuSample]:
         samples = []
         for device in self._devices:
-            state = self.store.read(device.uuid)
+            state = self.store.observe(device.uuid)
+            if state["lost"]:
+                samples.append(GpuSample(device.uuid, 0, 0.0, (), lost=True))
+                continue
             processes = tuple(
                 ProcessMemory(int(pid), entry["mib"]) for pid, entry in state["processes"].items()
             )
@@ -143,8 +169,9 @@ class SimulatedBackend:
                     uuid=device.uuid,
                     memory_used_mib=sum(p.used_mib for p in processes),
                     utilization_pct=min(100.0, busy),
-                    healthy=bool(state["healthy"]),
                     processes=processes,
+                    ecc_uncorrected=int(state["ecc_uncorrected"]),
+                    xid_errors=tuple(int(x) for x in state["xids"]),
                 )
             )
         return samples

@@ -1,10 +1,12 @@
-"""`colloc submit | jobs | show | cancel`: the user's client of the REST API."""
+"""`colloc submit | jobs | show | logs | cancel`: the user's client of the REST API."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -124,7 +126,11 @@ def run_show(args: argparse.Namespace) -> int:
     ):
         print(f"{key}: {job[key] if job[key] is not None else '-'}")
     for attempt in job["attempts"]:
-        gpus = ", ".join(f"{g['model']} #{g['index']} ({g['uuid']})" for g in attempt["gpus"])
+        gpus = ", ".join(
+            f"{g['model']} #{g['index']} ({g['uuid']})"
+            + (f" using {g['used_mib']} MiB" if g.get("used_mib") is not None else "")
+            for g in attempt["gpus"]
+        )
         print(
             f"attempt {attempt['number']}: {attempt['state']} on {attempt['node']} [{gpus}] "
             f"reserved {attempt['reserved_mib']} MiB/GPU, peak {_mib(attempt['peak_mib'])} MiB, "
@@ -157,6 +163,38 @@ def _print_explanation(explanation: dict[str, Any]) -> None:
             print(f"    held for job {gpu['held_for_job']}")
 
 
+FINAL_STATES = {"succeeded", "failed", "oom", "cancelled", "lost", "preempted"}
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    """Print an attempt's output; with --follow, keep printing until it has all come."""
+    params: dict[str, Any] = {"stream": args.stream}
+    if args.attempt is not None:
+        params["attempt"] = args.attempt
+    offset = None
+    quiet_polls = 0
+    while True:
+        page = _request(
+            args,
+            "GET",
+            f"/v1/jobs/{args.id}/logs",
+            params={**params, **({"offset": offset} if offset is not None else {})},
+        )
+        params["attempt"] = page["attempt"]  # stay on the attempt we began with
+        sys.stdout.write(page["text"])
+        sys.stdout.flush()
+        offset = page["next_offset"]
+        if offset < page["end_offset"]:
+            continue
+        if not args.follow:
+            return 0
+        # the attempt's end and its last output may arrive in different heartbeats
+        quiet_polls = quiet_polls + 1 if page["attempt_state"] in FINAL_STATES else 0
+        if quiet_polls >= 3:
+            return 0
+        time.sleep(1.0)
+
+
 def run_cancel(args: argparse.Namespace) -> int:
     job = _request(args, "POST", f"/v1/jobs/{args.id}/cancel")
     done = "cancelled" if job["state"] == "cancelled" else "cancellation requested"
@@ -184,6 +222,13 @@ def add_commands(commands: Any) -> None:
     show.add_argument("id", type=int)
     show.add_argument("--explain", action="store_true", help="why it waits / why it is there")
     show.set_defaults(run=run_show)
+
+    logs = commands.add_parser("logs", parents=[common], help="print a job's output")
+    logs.add_argument("id", type=int)
+    logs.add_argument("--attempt", type=int, help="which attempt (default: the latest)")
+    logs.add_argument("--stream", choices=["stdout", "stderr"], default="stdout")
+    logs.add_argument("--follow", "-f", action="store_true", help="keep printing as it comes")
+    logs.set_defaults(run=run_logs)
 
     cancel = commands.add_parser("cancel", parents=[common], help="cancel a job")
     cancel.add_argument("id", type=int)

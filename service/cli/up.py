@@ -90,8 +90,11 @@ def run_up(args: argparse.Namespace) -> int:
                     node.name,
                     "--sim-state",
                     str(data_dir / "sim"),
+                    "--state-dir",
+                    str(data_dir / "agents" / node.name),
                     "--logs-dir",
                     str(data_dir / "logs" / node.name),
+                    "--stop-jobs-on-exit",  # one machine: nothing outlives `colloc up`
                 )
             )
         gpus = sum(len(node.gpus) for node in nodes)

@@ -64,6 +64,8 @@ class Attempt(Base):
     reason: Mapped[str | None] = mapped_column(Text)
     peak_mib: Mapped[int | None]
     peak_changed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # the highest agent notice recorded for this attempt (re-sent notices are skipped)
+    notice_seq: Mapped[int] = mapped_column(default=0, server_default="0")
 
     job: Mapped[Job] = relationship(back_populates="attempts")
     node: Mapped[Node] = relationship()
@@ -80,6 +82,7 @@ class Allocation(Base):
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
     gpu_id: Mapped[int] = mapped_column(ForeignKey("gpus.id"))
     reserved_mib: Mapped[int]
+    used_mib: Mapped[int | None]  # what the attempt was last seen using here
     active: Mapped[bool] = mapped_column(default=True)
 
     attempt: Mapped[Attempt] = relationship(back_populates="allocations")

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
 
-from service.deps import EstimatorDep, JobId, Offset, SchedulerDep, SessionDep, SettingsDep
+from service.deps import (
+    MAX_ID,
+    EstimatorDep,
+    JobId,
+    Offset,
+    SchedulerDep,
+    SessionDep,
+    SettingsDep,
+)
+from service.errors import ApiError
 from service.events.service import list_events
 from service.jobs import service
 from service.jobs.schemas import (
@@ -16,6 +25,8 @@ from service.jobs.schemas import (
     JobList,
     JobRead,
 )
+from service.logs import service as logs
+from service.logs.schemas import LogPage
 from service.scheduler.cycle import explain_job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -105,3 +116,27 @@ def explain(
             for v in explanation.gpus
         ],
     )
+
+
+@router.get("/{job_id}/logs", response_model=LogPage)
+def job_logs(
+    job_id: JobId,
+    session: SessionDep,
+    attempt: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+    stream: Literal["stdout", "stderr"] = "stdout",
+    offset: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    limit: Annotated[int, Query(ge=1, le=4 * 1024 * 1024)] = 1024 * 1024,
+) -> LogPage:
+    """A page of an attempt's stdout or stderr (the latest attempt unless one is named).
+
+    Page on with `offset=next_offset` until it reaches `end_offset`."""
+    job = service.get(session=session, job_id=job_id)
+    if not job.attempts:
+        raise ApiError(404, "no_attempt", f"job {job_id} has not been placed yet: no output")
+    number = attempt or job.attempts[-1].number
+    chosen = next((a for a in job.attempts if a.number == number), None)
+    if chosen is None:
+        raise ApiError(
+            404, "not_found", f"job {job_id} has no attempt {number} (it has {len(job.attempts)})"
+        )
+    return logs.read(session, chosen, stream, offset, limit)

@@ -43,6 +43,7 @@ class AttemptGpu(BaseModel):
     index: int
     model: str
     reserved_mib: int
+    used_mib: int | None = None  # what the attempt was last seen using on this GPU
 
 
 class AttemptRead(BaseModel):

@@ -320,14 +320,23 @@ def mark_running(*, session: Session, attempt: Attempt, started_at: datetime | N
 
 
 def track_usage(
-    *, session: Session, attempt: Attempt, peak_mib_by_gpu: dict[str, int], settings: Settings
+    *,
+    session: Session,
+    attempt: Attempt,
+    peak_mib_by_gpu: dict[str, int],
+    settings: Settings,
+    current_mib_by_gpu: dict[str, int] | None = None,
 ) -> None:
-    """Let a running attempt's reservation follow what it really uses.
+    """Keep what a running attempt uses now, and let its reservation follow its peak.
 
     It grows at once when the job passes it, and shrinks to the observed peak plus the
     margin once that peak has held for `reservation_stable_s`, so packing improves as
     jobs reveal themselves.
     """
+    for allocation in attempt.allocations:
+        current = (current_mib_by_gpu or {}).get(allocation.gpu.uuid)
+        if current is not None:
+            allocation.used_mib = current
     if not peak_mib_by_gpu:
         return
     now = utcnow()
@@ -536,6 +545,7 @@ def to_read(job: Job) -> JobRead:
                         index=a.gpu.index,
                         model=a.gpu.model,
                         reserved_mib=a.reserved_mib,
+                        used_mib=a.used_mib,
                     )
                     for a in sorted(attempt.allocations, key=lambda a: a.gpu.index)
                 ],

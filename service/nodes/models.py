@@ -35,7 +35,12 @@ class Gpu(Base):
     memory_used_mib: Mapped[int] = mapped_column(default=0)
     memory_foreign_mib: Mapped[int] = mapped_column(default=0)
     utilization_pct: Mapped[float] = mapped_column(default=0.0)
+    memory_utilization_pct: Mapped[float | None]
+    temperature_c: Mapped[float | None]
+    power_w: Mapped[float | None]
+    mig_enabled: Mapped[bool | None]
     healthy: Mapped[bool] = mapped_column(default=True)
+    health_reason: Mapped[str | None] = mapped_column(String(1024))
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
     node: Mapped[Node] = relationship(back_populates="gpus")

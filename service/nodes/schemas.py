@@ -4,10 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AwareDatetime,
+    Base64Bytes,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
 
 Uuid = Annotated[str, StringConstraints(min_length=1, max_length=96)]
 MiB = Annotated[int, Field(ge=0, le=16 * 1024 * 1024)]
+Text = Annotated[str, StringConstraints(max_length=1024)]
+Stream = Literal["stdout", "stderr"]
+LOG_CHUNK_MAX_BYTES = 256 * 1024
 
 
 class Strict(BaseModel):
@@ -39,12 +50,44 @@ class GpuState(Strict):
     memory_used_mib: MiB
     memory_foreign_mib: MiB = 0
     utilization_pct: float = Field(default=0.0, ge=0, le=100)
+    memory_utilization_pct: float | None = Field(default=None, ge=0, le=100)
+    temperature_c: float | None = Field(default=None, ge=-100, le=250)
+    power_w: float | None = Field(default=None, ge=0, le=100_000)
+    mig_enabled: bool | None = None
     healthy: bool = True
+    health_reason: Text | None = None  # why the agent holds it unhealthy
 
 
 class AttemptRef(BaseModel):
     job_id: int
     attempt: int
+
+
+class Notice(Strict):
+    """Something the agent did or saw about an attempt; `seq` counts per attempt."""
+
+    seq: int = Field(ge=1, le=1024)
+    kind: Literal["over_reservation"]
+    gpu_uuid: Uuid
+    used_mib: MiB
+    reserved_mib: MiB
+    action: Literal["warn", "kill"]
+    message: Text
+
+
+class LogChunk(Strict):
+    """Bytes `offset`.. of one of the attempt's output streams, base64 encoded."""
+
+    stream: Stream
+    offset: int = Field(ge=0, le=2**62)
+    data: Base64Bytes
+
+    @field_validator("data")
+    @classmethod
+    def _bounded(cls, data: bytes) -> bytes:
+        if len(data) > LOG_CHUNK_MAX_BYTES:
+            raise ValueError(f"a log chunk holds at most {LOG_CHUNK_MAX_BYTES} bytes")
+        return data
 
 
 class AttemptReport(Strict):
@@ -59,6 +102,9 @@ class AttemptReport(Strict):
     outcome: Literal["succeeded", "failed", "oom", "cancelled"] | None = None
     reason: Annotated[str, StringConstraints(max_length=4096)] | None = None
     peak_mib_by_gpu: dict[Uuid, MiB] = Field(default_factory=dict, max_length=64)
+    current_mib_by_gpu: dict[Uuid, MiB] = Field(default_factory=dict, max_length=64)
+    notices: list[Notice] = Field(default_factory=list, max_length=64)
+    logs: list[LogChunk] = Field(default_factory=list, max_length=4)
 
 
 class Heartbeat(Strict):
@@ -74,10 +120,22 @@ class Assignment(BaseModel):
     workdir: str | None
     gpu_uuids: list[str]
     reserved_mib: int
+    reserved_mib_by_gpu: dict[str, int]
+
+
+class LogOffsets(BaseModel):
+    """Up to which byte the server holds each stream of an attempt's output."""
+
+    job_id: int
+    attempt: int
+    stdout: int
+    stderr: int
 
 
 class HeartbeatReply(BaseModel):
     assignments: list[Assignment]
     cancellations: list[AttemptRef]
     acknowledged: list[AttemptRef]
+    log_offsets: list[LogOffsets]
+    log_keep_bytes: int
     heartbeat_interval_s: float

@@ -17,14 +17,18 @@ from service.errors import ApiError, not_found
 from service.events.service import record
 from service.jobs import service as jobs
 from service.jobs.models import ACTIVE_ATTEMPT_STATES, Allocation, Attempt, Job
+from service.logs import service as logs
 from service.nodes.models import Gpu, Node
 from service.nodes.schemas import (
     Assignment,
     AttemptRef,
     AttemptReport,
+    GpuState,
     Heartbeat,
     HeartbeatReply,
+    LogOffsets,
     NodeRegister,
+    Notice,
 )
 from service.scheduler.cycle import lock_placements
 
@@ -106,26 +110,30 @@ def heartbeat(
     node.state = "ready"
     node.last_heartbeat_at = now
     for state in body.gpus:
-        gpu = gpus[state.uuid]
-        gpu.memory_used_mib = state.memory_used_mib
-        gpu.memory_foreign_mib = state.memory_foreign_mib
-        gpu.utilization_pct = state.utilization_pct
-        gpu.healthy = state.healthy
-        gpu.updated_at = now
+        _update_gpu(session, node, gpus[state.uuid], state)
 
     reply = HeartbeatReply(
         assignments=[],
         cancellations=[],
         acknowledged=[],
+        log_offsets=[],
+        log_keep_bytes=settings.log_keep_bytes,
         heartbeat_interval_s=settings.heartbeat_interval_s,
     )
     active = _active_attempts(session, node.id)
+    known = _attempts_of(session, node.id, [(r.job_id, r.attempt) for r in body.attempts])
     reported: set[tuple[int, int]] = set()
     for report in body.attempts:
         key = (report.job_id, report.attempt)
         reported.add(key)
         attempt = active.get(key)
         ref = AttemptRef(job_id=report.job_id, attempt=report.attempt)
+        ours = known.get(key)
+        if ours is not None:  # output and notices are kept even after the attempt ended
+            _record_notices(session, ours, report.notices)
+            logs.ingest(session, ours, report.logs, settings.log_keep_bytes)
+            held = logs.ends(session, ours.id)
+            reply.log_offsets.append(LogOffsets(job_id=key[0], attempt=key[1], **held))
         if report.state == "exited":
             if attempt is not None:
                 _apply_exit(session, attempt, report, settings)
@@ -138,6 +146,7 @@ def heartbeat(
                 session=session,
                 attempt=attempt,
                 peak_mib_by_gpu=report.peak_mib_by_gpu,
+                current_mib_by_gpu=report.current_mib_by_gpu,
                 settings=settings,
             )
             if attempt.job.cancel_requested or attempt.job.preempt_requested:
@@ -165,6 +174,62 @@ def heartbeat(
         else:
             reply.assignments.append(_assignment(attempt))
     return reply
+
+
+def _update_gpu(session: Session, node: Node, gpu: Gpu, state: GpuState) -> None:
+    """Take the agent's reading of a GPU; a change of health is an event."""
+    if state.healthy != gpu.healthy:
+        kind = "gpu.healthy" if state.healthy else "gpu.unhealthy"
+        why = f": {state.health_reason}" if state.health_reason else ""
+        record(
+            session=session,
+            kind=kind,
+            node_id=node.id,
+            message=f"GPU {gpu.index} ({gpu.uuid}) of node {node.name} "
+            + ("is healthy again" if state.healthy else f"is unhealthy{why}"),
+            data={"gpu": gpu.uuid, "reason": state.health_reason},
+        )
+    gpu.memory_used_mib = state.memory_used_mib
+    gpu.memory_foreign_mib = state.memory_foreign_mib
+    gpu.utilization_pct = state.utilization_pct
+    gpu.memory_utilization_pct = state.memory_utilization_pct
+    gpu.temperature_c = state.temperature_c
+    gpu.power_w = state.power_w
+    gpu.mig_enabled = state.mig_enabled
+    gpu.healthy = state.healthy
+    gpu.health_reason = None if state.healthy else state.health_reason
+    gpu.updated_at = utcnow()
+
+
+def _record_notices(session: Session, attempt: Attempt, notices: list[Notice]) -> None:
+    """Each notice once, however often the agent had to send it."""
+    for notice in sorted(notices, key=lambda n: n.seq):
+        if notice.seq <= attempt.notice_seq:
+            continue
+        attempt.notice_seq = notice.seq
+        record(
+            session=session,
+            kind=f"job.{notice.kind}",
+            job_id=attempt.job_id,
+            node_id=attempt.node_id,
+            message=f"attempt {attempt.number} {notice.message}",
+            data=notice.model_dump(mode="json"),
+        )
+
+
+def _attempts_of(
+    session: Session, node_id: int, keys: list[tuple[int, int]]
+) -> dict[tuple[int, int], Attempt]:
+    """The attempts, in any state, that were placed on this node, by (job, number)."""
+    if not keys:
+        return {}
+    query = select(Attempt).where(
+        Attempt.node_id == node_id, Attempt.job_id.in_({job_id for job_id, _n in keys})
+    )
+    wanted = set(keys)
+    return {
+        (a.job_id, a.number): a for a in session.scalars(query) if (a.job_id, a.number) in wanted
+    }
 
 
 def _active_attempts(session: Session, node_id: int) -> dict[tuple[int, int], Attempt]:
@@ -209,4 +274,5 @@ def _assignment(attempt: Attempt) -> Assignment:
         workdir=spec.get("workdir"),
         gpu_uuids=[gpu.uuid for gpu in gpus],
         reserved_mib=attempt.reserved_mib,
+        reserved_mib_by_gpu={a.gpu.uuid: a.reserved_mib for a in attempt.allocations},
     )

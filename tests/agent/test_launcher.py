@@ -1,28 +1,47 @@
-"""Launching job processes, stopping their process groups, classifying exits."""
+"""Launching jobs under their supervisor, stopping their process groups, classifying
+exits, and taking jobs up again from their run records after the agent is gone."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from agent.launcher import JobProcess, kill_if_overdue, launch, poll, terminate
+from agent import proctree
+from agent.job import JobProcess, RunStore
+from agent.launcher import adopt, kill_if_overdue, launch, poll, supervisor_alive, terminate
 from agent.outcome import classify
 
 
-def start(tmp_path: Path, code: str, **env: str) -> JobProcess:
-    return launch(
-        job_id=7,
-        attempt=2,
+def new_job(tmp_path: Path, job_id: int = 7, attempt: int = 2) -> tuple[RunStore, JobProcess]:
+    store = RunStore(tmp_path / "state")
+    stem = tmp_path / "logs" / f"job-{job_id}-attempt-{attempt}"
+    job = JobProcess(
+        job_id=job_id,
+        attempt=attempt,
+        gpu_uuids=["GPU-a", "GPU-b"],
+        run_dir=store.run_dir(job_id, attempt),
+        stdout_path=stem.with_suffix(".out"),
+        stderr_path=stem.with_suffix(".err"),
+    )
+    return store, job
+
+
+def start(tmp_path: Path, code: str, **env: str) -> tuple[RunStore, JobProcess]:
+    store, job = new_job(tmp_path)
+    launch(
+        store=store,
+        job=job,
         command=[sys.executable, "-c", code],
         env=env,
         workdir=str(tmp_path),
-        gpu_uuids=["GPU-a", "GPU-b"],
-        logs_dir=tmp_path / "logs",
         extra_env={"SIM": "1"},
     )
+    return store, job
 
 
 def wait(job: JobProcess, timeout_s: float = 20) -> None:
@@ -33,12 +52,20 @@ def wait(job: JobProcess, timeout_s: float = 20) -> None:
         time.sleep(0.05)
 
 
+def wait_for_file(path: Path) -> str:
+    for _ in range(400):
+        if path.exists() and path.read_text():
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never written")
+
+
 def test_job_sees_its_gpus_env_and_workdir(tmp_path: Path) -> None:
     code = (
         "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['MINE'], "
         "os.environ['SIM'], os.environ['COLLOC_JOB_ID'], os.getcwd())"
     )
-    job = start(tmp_path, code, MINE="yes")
+    _store, job = start(tmp_path, code, MINE="yes")
     wait(job)
     assert job.outcome == "succeeded" and job.exit_code == 0
     assert job.stdout_path.read_text().split() == ["GPU-a,GPU-b", "yes", "1", "7", str(tmp_path)]
@@ -47,18 +74,12 @@ def test_job_sees_its_gpus_env_and_workdir(tmp_path: Path) -> None:
 
 
 def test_missing_command_is_a_failed_exit(tmp_path: Path) -> None:
-    job = launch(
-        job_id=1,
-        attempt=1,
-        command=["/no/such/binary"],
-        env={},
-        workdir=None,
-        gpu_uuids=["GPU-a"],
-        logs_dir=tmp_path,
-        extra_env={},
-    )
-    assert poll(job) and job.outcome == "failed" and job.exit_code == 127
-    assert "cannot start" in (job.reason or "")
+    store, job = new_job(tmp_path)
+    launch(store=store, job=job, command=["/no/such/binary"], env={}, workdir=None, extra_env={})
+    wait(job)
+    assert job.outcome == "failed" and job.exit_code == 127
+    assert "cannot start '/no/such/binary'" in (job.reason or "")
+    assert "cannot start" in job.stderr_path.read_text()
 
 
 def test_cancel_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -> None:
@@ -69,39 +90,100 @@ def test_cancel_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -> None
         "open('child.pid', 'w').write(str(child.pid))\n"
         "time.sleep(60)\n"
     )
-    job = start(tmp_path, code)
-    pid_file = tmp_path / "child.pid"
-    for _ in range(200):
-        if pid_file.exists() and pid_file.read_text():
-            break
-        time.sleep(0.05)
+    _store, job = start(tmp_path, code)
+    child = int(wait_for_file(tmp_path / "child.pid"))
     terminate(job)
     started = time.monotonic()
     wait(job)
     assert time.monotonic() - started >= 0.4  # SIGTERM was ignored until the grace ran out
     assert job.outcome == "cancelled" and job.exit_code == -9
-    child = int(pid_file.read_text())
     time.sleep(0.2)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
 
 
+def test_sigterm_reaches_the_job_and_its_supervisor_records_the_exit(tmp_path: Path) -> None:
+    code = "import time, sys; print('up', flush=True); time.sleep(60)"
+    _store, job = start(tmp_path, code)
+    wait_for_file(job.stdout_path)
+    terminate(job)
+    wait(job)
+    assert job.outcome == "cancelled" and job.exit_code == -15  # the job's own status
+
+
+def test_a_restarted_agent_takes_up_a_running_job_and_reads_its_exit(tmp_path: Path) -> None:
+    code = (
+        "import sys, time; from pathlib import Path\n"
+        "while not Path('go').exists(): time.sleep(0.05)\n"
+        "sys.exit(3)\n"
+    )
+    _store, job = start(tmp_path, code)
+    assert job.popen is not None
+    # a new agent process: only the run records are left
+    (found,) = RunStore(tmp_path / "state").load_all()
+    assert found.key == job.key and found.pid == job.pid and found.popen is None
+    assert adopt(found) and supervisor_alive(found.run_dir) and not poll(found)
+    (tmp_path / "go").write_text("")
+    wait(found)
+    assert found.outcome == "failed" and found.exit_code == 3
+    assert found.reason == "exited with status 3"
+    job.popen.wait()
+
+
+def test_a_record_whose_launch_never_happened_is_dropped(tmp_path: Path) -> None:
+    store, job = new_job(tmp_path)
+    store.save(job)  # the record is written before the launch; the agent died in between
+    (found,) = RunStore(tmp_path / "state").load_all()
+    assert not adopt(found, wait_s=0.2)
+
+
+def test_gpu_processes_are_matched_to_jobs_through_the_process_tree(tmp_path: Path) -> None:
+    code = (
+        "import os, subprocess, sys, time\n"
+        'inner = \'import os, time; os.setsid(); open("deep.pid", "w").write(str(os.getpid()));'
+        " time.sleep(60)'\n"
+        "subprocess.Popen([sys.executable, '-c', inner])\n"
+        "time.sleep(60)\n"
+    )
+    _store, job = start(tmp_path, code)
+    deep = int(wait_for_file(tmp_path / "deep.pid"))  # a grandchild in a session of its own
+    assert job.pid is not None
+    roots = {job.pid: job.key}
+    assert proctree.owner(deep, roots) == job.key
+    assert proctree.owner(os.getpid(), roots) is None
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert proctree.owner(stranger.pid, roots) is None
+    finally:
+        stranger.kill()
+        stranger.wait()
+    terminate(job)
+    wait(job)
+    time.sleep(0.2)
+    assert not Path(f"/proc/{deep}").exists() or "Z" in Path(f"/proc/{deep}/stat").read_text()
+
+
 @pytest.mark.parametrize(
-    "code, stderr, cancelled, outcome",
+    "code, stderr, cancelled, gpu_full, outcome",
     [
-        (0, "", False, "succeeded"),
-        (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", False, "oom"),
-        (1, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", False, "oom"),
-        (1, "tensorflow...ResourceExhaustedError: OOM when allocating tensor", False, "oom"),
+        (0, "", False, None, "succeeded"),
+        (1, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", False, None, "oom"),
+        (1, "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB", False, None, "oom"),
+        (1, "tensorflow...ResourceExhaustedError: OOM when allocating tensor", False, None, "oom"),
         (
             1,
             "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory",
             False,
+            None,
             "oom",
         ),
-        (1, "ValueError: bad config", False, "failed"),
-        (-9, "", False, "failed"),
-        (-15, "", True, "cancelled"),
+        (1, "ValueError: bad config", False, None, "failed"),
+        (-9, "", False, None, "failed"),
+        (-6, "", False, "15100 of 15360 MiB in use", "oom"),  # died at the GPU's limit
+        (None, "", False, None, "failed"),  # supervisor killed too: status unknown
+        (-15, "", True, None, "cancelled"),
     ],
 )
-def test_exit_classification(code: int, stderr: str, cancelled: bool, outcome: str) -> None:
-    assert classify(code, stderr, cancelled)[0] == outcome
+def test_exit_classification(
+    code: int | None, stderr: str, cancelled: bool, gpu_full: str | None, outcome: str
+) -> None:
+    assert classify(code, stderr, cancelled=cancelled, gpu_full=gpu_full)[0] == outcome

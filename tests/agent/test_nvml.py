@@ -25,10 +25,26 @@ USED = (
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetTemperature",
+    "nvmlDeviceGetPowerUsage",
+    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetTotalEccErrors",
+    "nvmlEventSetCreate",
+    "nvmlDeviceRegisterEvents",
+    "nvmlEventSetWait_v2",
+    "nvmlEventSetFree",
+)
+CONSTANTS = (
+    "NVML_TEMPERATURE_GPU",
+    "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
+    "NVML_VOLATILE_ECC",
+    "NVML_DEVICE_MIG_ENABLE",
+    "nvmlEventTypeXidCriticalError",
 )
 ERRORS = (
     "NVMLError_NotSupported",
     "NVMLError_GpuIsLost",
+    "NVMLError_Timeout",
     "NVMLError_LibraryNotFound",
     "NVMLError_DriverNotLoaded",
 )
@@ -53,16 +69,31 @@ class Process:  # c_nvmlProcessInfo_t: usedGpuMemory in bytes, or None when unkn
     usedGpuMemory: int | None
 
 
+@dataclass
+class EventData:  # c_nvmlEventData_t: eventData holds the XID
+    device: int
+    eventType: int
+    eventData: int
+    gpuInstanceId: int = 0
+    computeInstanceId: int = 0
+
+
 class FakeNvml(types.ModuleType):
-    """Two GPUs: an A100 whose utilisation is not supported, and a T4 that can be lost."""
+    """Two GPUs: an A100 whose utilisation, power and events are not supported, and a
+    T4 (no MIG) that can be lost, raise XIDs and count ECC errors."""
 
     def __init__(self, init_error: str | None = None) -> None:
         super().__init__("pynvml")
         self.NVMLError = type("NVMLError", (Exception,), {})
         for name in ERRORS:
             setattr(self, name, type(name, (self.NVMLError,), {}))
+        for name in CONSTANTS:
+            setattr(self, name, getattr(pynvml, name))
         self.init_error = init_error
         self.lost = False
+        self.xids: list[int] = []
+        self.ecc = 0
+        self.freed: list[int] = []
         self.gpus = [
             ("GPU-aaaa", "NVIDIA A100-SXM4-40GB", 40960),
             ("GPU-bbbb", "Tesla T4", 15360),
@@ -101,6 +132,44 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Process]:
         return [Process(4242, 3000 * MIB), Process(4343, None)]
 
+    def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
+        assert sensor == self.NVML_TEMPERATURE_GPU
+        return 41 + handle
+
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # milliwatts
+        if handle == 0:
+            raise self.NVMLError_NotSupported()
+        return 70_500
+
+    def nvmlDeviceGetMigMode(self, device: int) -> list[int]:  # [current, pending]
+        if device == 1:
+            raise self.NVMLError_NotSupported()
+        return [self.NVML_DEVICE_MIG_ENABLE, self.NVML_DEVICE_MIG_ENABLE]
+
+    def nvmlDeviceGetTotalEccErrors(self, handle: int, errorType: int, counterType: int) -> int:
+        assert (errorType, counterType) == (
+            self.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            self.NVML_VOLATILE_ECC,
+        )
+        return self.ecc if handle == 1 else 0
+
+    def nvmlEventSetCreate(self) -> int:
+        return 100 + len(self.freed)
+
+    def nvmlDeviceRegisterEvents(self, handle: int, eventTypes: int, eventSet: int) -> None:
+        assert eventTypes == self.nvmlEventTypeXidCriticalError
+        if handle == 0:
+            raise self.NVMLError_NotSupported()
+
+    def nvmlEventSetWait_v2(self, eventSet: int, timeoutms: int) -> EventData:
+        assert timeoutms == 0  # sampling never blocks
+        if not self.xids:
+            raise self.NVMLError_Timeout()
+        return EventData(1, self.nvmlEventTypeXidCriticalError, self.xids.pop(0))
+
+    def nvmlEventSetFree(self, eventSet: int) -> None:
+        self.freed.append(eventSet)
+
 
 def test_the_fake_has_the_real_modules_names_signatures_and_errors() -> None:
     fake = FakeNvml()
@@ -110,6 +179,8 @@ def test_the_fake_has_the_real_modules_names_signatures_and_errors() -> None:
         assert list(real.parameters) == list(ours.parameters), name
     for name in ERRORS:
         assert issubclass(getattr(pynvml, name), pynvml.NVMLError)
+    result_fields = [name for name, _type in pynvml.c_nvmlEventData_t._fields_]
+    assert result_fields == list(EventData.__dataclass_fields__)
 
 
 def test_devices_and_samples(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,13 +195,23 @@ def test_devices_and_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert t4.model == "Tesla T4"
     first, second = backend.sample()
-    assert first.utilization_pct == 0.0  # NotSupported is a value, not a crash
+    # NotSupported is a value, not a crash
+    assert first.utilization_pct == 0.0 and first.memory_utilization_pct is None
+    assert first.power_w is None and first.mig_enabled is True and first.temperature_c == 41
     assert second.utilization_pct == 37.0 and second.memory_used_mib == 5000
+    assert second.memory_utilization_pct == 10 and second.power_w == 70.5
+    assert second.mig_enabled is None and second.ecc_uncorrected == 0
     assert [(p.pid, p.used_mib) for p in first.processes] == [(4242, 3000), (4343, 0)]
+    fake.xids += [79, 48]
+    fake.ecc = 2
+    faulty = backend.sample()[1]
+    assert faulty.xid_errors == (79, 48) and faulty.ecc_uncorrected == 2
+    assert backend.sample()[1].xid_errors == ()  # each event is seen once
     fake.lost = True
     lost = backend.sample()[1]
-    assert not lost.healthy and lost.memory_used_mib == 0 and backend.sample()[0].healthy
+    assert lost.lost and lost.memory_used_mib == 0 and not backend.sample()[0].lost
     backend.close()
+    assert len(fake.freed) == 1  # the T4's event set; the A100 had none
 
 
 @pytest.mark.parametrize("error", ["NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded"])

@@ -46,7 +46,7 @@ class LocalColloc:
         self.cluster_file = root / "cluster.yaml"
         self.cluster_file.write_text(yaml.safe_dump(CLUSTER))
         self.server: subprocess.Popen[bytes] | None = None
-        self.agents: list[subprocess.Popen[bytes]] = []
+        self.agents: dict[str, subprocess.Popen[bytes]] = {}
         self.http = httpx.Client(base_url=self.url, timeout=10)
         scripts = str(Path(sys.executable).parent)
         self.env = {
@@ -88,29 +88,42 @@ class LocalColloc:
 
     def start_agents(self) -> None:
         for node in CLUSTER["nodes"]:
-            name = str(node["name"])
-            self.agents.append(
-                self._spawn(
-                    f"agent-{name}",
-                    "agent",
-                    "--simulate",
-                    str(self.cluster_file),
-                    "--node",
-                    name,
-                    "--sim-state",
-                    str(self.root / "sim"),
-                    "--logs-dir",
-                    str(self.root / "logs"),
-                    "--kill-grace",
-                    "2",
-                )
-            )
+            self.start_agent(str(node["name"]))
+
+    def start_agent(self, name: str, *extra: str) -> None:
+        """The node's agent; tests' agents stop their jobs when stopped (not when killed)."""
+        self.agents[name] = self._spawn(
+            f"agent-{name}",
+            "agent",
+            "--simulate",
+            str(self.cluster_file),
+            "--node",
+            name,
+            "--sim-state",
+            str(self.root / "sim"),
+            "--state-dir",
+            str(self.root / "state" / name),
+            "--logs-dir",
+            str(self.root / "logs"),
+            "--kill-grace",
+            "2",
+            "--max-backoff",
+            "2",
+            "--stop-jobs-on-exit",
+            *extra,
+        )
+
+    def kill_agent(self, name: str) -> None:
+        """kill -9 the node's agent: its jobs live on."""
+        agent = self.agents.pop(name)
+        agent.send_signal(signal.SIGKILL)
+        agent.wait(timeout=30)
 
     def stop(self) -> None:
-        for process in [*self.agents, self.server]:
+        for process in [*self.agents.values(), self.server]:
             if process is not None and process.poll() is None:
                 process.terminate()
-        for process in [*self.agents, self.server]:
+        for process in [*self.agents.values(), self.server]:
             if process is not None:
                 try:
                     process.wait(timeout=30)

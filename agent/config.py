@@ -1,0 +1,92 @@
+"""The agent's settings: flags, over `COLLOC_SERVER`/`COLLOC_TOKEN`, over a config file.
+
+`colloc agent --config /etc/colloc/agent.yaml` reads a YAML file whose keys are the
+settings below (`examples/agent.yaml` lists them all); a flag given on the command
+line wins over the environment, which wins over the file.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent.enforcement import Enforcement
+from estimator.files import read_yaml
+
+
+class AgentConfigError(ValueError):
+    """Settings the agent cannot run with, and what is wrong with them."""
+
+
+class AgentSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    server: str = "http://127.0.0.1:8000"
+    token: str | None = None
+    token_file: Path | None = None  # keeps the node token out of unit files and `ps`
+    node: str | None = None  # this node's name; the host name by default
+    simulate: Path | None = None  # a simulated cluster file instead of NVML
+    sim_state: Path = Path(tempfile.gettempdir()) / "colloc-sim"
+    state_dir: Path | None = None  # the jobs' run records; survives agent restarts
+    logs_dir: Path | None = None  # job stdout/stderr files
+    sample_interval_s: float = Field(default=0.5, gt=0, le=0.5)  # at least 2 Hz
+    kill_grace_s: float = Field(default=10.0, ge=0, le=3600)
+    max_backoff_s: float = Field(default=30.0, gt=0, le=3600)
+    enforcement: Literal["warn", "kill"] = "warn"
+    enforcement_tolerance: float = Field(default=0.10, ge=0, le=10)
+    xid_quarantine_s: float = Field(default=600.0, ge=0)
+    stop_jobs_on_exit: bool = False
+
+    def resolved_token(self) -> str | None:
+        if self.token is not None or self.token_file is None:
+            return self.token
+        try:
+            return self.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise AgentConfigError(f"cannot read token_file {self.token_file}: {exc}") from exc
+
+    def node_name(self) -> str:
+        return self.node or socket.gethostname()
+
+    def state_path(self, node: str) -> Path:
+        return self.state_dir or Path(tempfile.gettempdir()) / "colloc-agent" / node
+
+    def logs_path(self, node: str) -> Path:
+        return self.logs_dir or self.state_path(node) / "logs"
+
+    def enforcement_rules(self) -> Enforcement:
+        return Enforcement(self.enforcement, self.enforcement_tolerance)
+
+
+ENVIRONMENT = {"server": "COLLOC_SERVER", "token": "COLLOC_TOKEN"}
+
+
+def load_settings(config_file: Path | None, flags: dict[str, Any]) -> AgentSettings:
+    """The settings from the file, the environment and the flags that were given."""
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            data = read_yaml(config_file)
+        except ValueError as exc:
+            raise AgentConfigError(f"agent config: {exc}") from exc
+        if data is not None and not isinstance(data, dict):
+            raise AgentConfigError(f"{config_file} must be a mapping of settings")
+        values.update(data or {})
+    for key, variable in ENVIRONMENT.items():
+        if os.environ.get(variable):
+            values[key] = os.environ[variable]
+    values.update({key: value for key, value in flags.items() if value is not None})
+    try:
+        return AgentSettings.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        where = f" in {config_file}" if config_file else ""
+        raise AgentConfigError(f"bad agent settings{where}: {problems}") from exc
