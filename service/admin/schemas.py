@@ -12,6 +12,7 @@ class GpuAllocationRead(BaseModel):
     job_id: int
     attempt: int
     reserved_mib: int
+    used_mib: int | None
 
 
 class GpuRead(BaseModel):
@@ -24,7 +25,12 @@ class GpuRead(BaseModel):
     memory_foreign_mib: int
     memory_free_mib: int
     utilization_pct: float
+    memory_utilization_pct: float | None
+    temperature_c: float | None
+    power_w: float | None
+    mig_enabled: bool | None
     healthy: bool
+    health_reason: str | None
     allocations: list[GpuAllocationRead]
 
 

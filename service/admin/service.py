@@ -41,12 +41,18 @@ def cluster(*, session: Session, headroom_mib: int) -> ClusterRead:
                     memory_foreign_mib=gpu.memory_foreign_mib,
                     memory_free_mib=view.free_mib(headroom_mib),
                     utilization_pct=gpu.utilization_pct,
+                    memory_utilization_pct=gpu.memory_utilization_pct,
+                    temperature_c=gpu.temperature_c,
+                    power_w=gpu.power_w,
+                    mig_enabled=gpu.mig_enabled,
                     healthy=gpu.healthy,
+                    health_reason=gpu.health_reason,
                     allocations=[
                         GpuAllocationRead(
                             job_id=a.attempt.job_id,
                             attempt=a.attempt.number,
                             reserved_mib=a.reserved_mib,
+                            used_mib=a.used_mib,
                         )
                         for a in allocations
                     ],

@@ -70,14 +70,20 @@ def _trim(session: Session, attempt_id: int, stream: str, keep_bytes: int) -> No
         session.execute(delete(LogChunk).where(LogChunk.id.in_(drop)))
 
 
-def _utf8_cut(data: bytes) -> int:
-    """Where to cut `data` so that no UTF-8 character is split (its length if none is)."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte & 0xC0 != 0x80:  # the lead byte of the last character
-            width = 1 if byte < 0x80 else 2 if byte >> 5 == 6 else 3 if byte >> 4 == 14 else 4
-            return len(data) if width <= back else len(data) - back
-    return len(data)
+def _width(lead: int) -> int:
+    """The length of the UTF-8 character that starts with byte `lead`."""
+    return 1 if lead < 0xC0 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+
+
+def _page_end(data: bytes, limit: int) -> int:
+    """Where a page of at most about `limit` bytes of `data` ends without splitting a
+    UTF-8 character (a page holds at least one whole character)."""
+    if len(data) <= limit:
+        return len(data)
+    start = limit
+    while start > 0 and data[start] & 0xC0 == 0x80:  # inside a character: back to its lead
+        start -= 1
+    return start if start > 0 else min(len(data), _width(data[0]))
 
 
 def read(
@@ -103,12 +109,9 @@ def read(
             position = start = chunk.offset
         data += chunk.data[position - chunk.offset :]
         position = chunk.offset + chunk.size
-        if len(data) >= limit:
+        if len(data) > limit + 4:
             break
-    if len(data) > limit:
-        data = data[:limit]
-    if start + len(data) < end:
-        data = data[: _utf8_cut(data)] or data
+    data = data[: _page_end(data, limit)]
     return LogPage(
         job_id=attempt.job_id,
         attempt=attempt.number,
