@@ -74,6 +74,7 @@ def test_placed_run_and_succeed(client: TestClient) -> None:
         "workdir": None,
         "gpu_uuids": [GPU0],
         "reserved_mib": 5000,
+        "reserved_mib_by_gpu": {GPU0: 5000},
     }
     reply = beat(client, node, [running(job["id"], peak=3000)], used=3000)
     assert reply["assignments"] == []
