@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,15 +27,15 @@ def submit(colloc: LocalColloc, name: str, command: list[str], mib: int) -> int:
     return int(response.json()["id"])
 
 
+def peak_seen(peak: int, job: dict[str, Any]) -> bool:
+    return bool(job["attempts"]) and job["attempts"][-1]["peak_mib"] == peak
+
+
 def test_agent_kill_9_and_server_outage(colloc: LocalColloc) -> None:
     long = submit(colloc, "long", simjob(2000, 40), 3000)
     short = submit(colloc, "short", [*simjob(1000, 4), "--sm-pct", "10"], 2000)
-    for job, peak in ((long, 2000), (short, 1000)):
-        colloc.wait_until(
-            job,
-            lambda j, p=peak: bool(j["attempts"]) and j["attempts"][-1]["peak_mib"] == p,
-            "seen",
-        )
+    for job_id, peak in ((long, 2000), (short, 1000)):
+        colloc.wait_until(job_id, partial(peak_seen, peak), f"showed its {peak} MiB peak")
     # the agent dies hard: the jobs go on holding their GPU memory
     colloc.kill_agent("node-b")
     time.sleep(6)  # the short job ends while no agent watches it
