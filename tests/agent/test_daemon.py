@@ -30,6 +30,7 @@ class FakeServer:
         self.reports: list[dict[str, Any]] = []
         self.notices: list[dict[str, Any]] = []
         self.down = False
+        self.gpus: list[dict[str, Any]] = []
 
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"node_id": 1, "heartbeat_interval_s": 0.1}
@@ -38,6 +39,7 @@ class FakeServer:
         if self.down:
             raise httpx.ConnectError("connection refused")
         offsets, acked = [], []
+        self.gpus = body["gpus"]
         for report in body["attempts"]:
             key = (report["job_id"], report["attempt"])
             self.reports.append(report)
@@ -193,3 +195,22 @@ def test_shutdown_leaves_jobs_running_unless_told_to_stop_them(tmp_path: Path) -
     stopper = make_agent(tmp_path, server, stop_jobs_on_exit=True)
     stopper.shutdown()
     assert stopper.jobs[(6, 1)].outcome == "cancelled"
+
+
+def test_injected_gpu_faults_make_the_gpu_unhealthy_until_quarantine_ends(tmp_path: Path) -> None:
+    server = FakeServer()
+    agent = make_agent(tmp_path, server, xid_quarantine_s=1.0)
+    uuid = agent.backend.devices()[0].uuid
+    store = agent.backend.store  # type: ignore[attr-defined]
+    step_until(agent, server, lambda: bool(server.gpus))
+    assert server.gpus[0]["healthy"] is True
+    store.inject_xid(uuid, 79)
+    step_until(agent, server, lambda: not server.gpus[0]["healthy"])
+    assert "XID 79" in server.gpus[0]["health_reason"]
+    step_until(agent, server, lambda: server.gpus[0]["healthy"])  # quarantine over
+    store.set_lost(uuid, True)
+    step_until(agent, server, lambda: not server.gpus[0]["healthy"])
+    assert "lost" in server.gpus[0]["health_reason"]
+    store.set_lost(uuid, False)
+    store.add_ecc_errors(uuid, 3)
+    step_until(agent, server, lambda: "3 new uncorrected ECC" in str(server.gpus[0]))
