@@ -14,6 +14,7 @@ import httpx
 
 from estimator.files import read_yaml
 from service.cli.errors import CliError
+from service.jobs.models import FINAL_JOB_STATES
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
@@ -163,7 +164,7 @@ def _print_explanation(explanation: dict[str, Any]) -> None:
             print(f"    held for job {gpu['held_for_job']}")
 
 
-FINAL_STATES = {"succeeded", "failed", "oom", "cancelled", "lost", "preempted"}
+ENDED_ATTEMPT_STATES = {*FINAL_JOB_STATES, "preempted"}
 
 
 def run_logs(args: argparse.Namespace) -> int:
@@ -189,7 +190,7 @@ def run_logs(args: argparse.Namespace) -> int:
         if not args.follow:
             return 0
         # the attempt's end and its last output may arrive in different heartbeats
-        quiet_polls = quiet_polls + 1 if page["attempt_state"] in FINAL_STATES else 0
+        quiet_polls = quiet_polls + 1 if page["attempt_state"] in ENDED_ATTEMPT_STATES else 0
         if quiet_polls >= 3:
             return 0
         time.sleep(1.0)

@@ -33,10 +33,12 @@ def ends(session: Session, attempt_id: int) -> dict[str, int]:
 
 def ingest(
     session: Session, attempt: Attempt, chunks: Iterable[LogChunkIn], keep_bytes: int
-) -> None:
-    """Append what is new in `chunks`; a chunk past the end leaves a gap (skipped output)."""
+) -> dict[str, int]:
+    """Append what is new in `chunks` (a chunk past the end leaves a gap: skipped
+    output); returns up to which byte each stream is now held."""
+    held = ends(session, attempt.id)
     for chunk in chunks:
-        end = ends(session, attempt.id)[chunk.stream]
+        end = held[chunk.stream]
         data, offset = chunk.data, chunk.offset
         if offset + len(data) <= end:
             continue  # held already
@@ -52,7 +54,9 @@ def ingest(
             )
         )
         session.flush()
+        held[chunk.stream] = offset + len(data)
         _trim(session, attempt.id, chunk.stream, keep_bytes)
+    return held
 
 
 def _trim(session: Session, attempt_id: int, stream: str, keep_bytes: int) -> None:

@@ -131,8 +131,7 @@ def heartbeat(
         ours = known.get(key)
         if ours is not None:  # output and notices are kept even after the attempt ended
             _record_notices(session, ours, report.notices)
-            logs.ingest(session, ours, report.logs, settings.log_keep_bytes)
-            held = logs.ends(session, ours.id)
+            held = logs.ingest(session, ours, report.logs, settings.log_keep_bytes)
             reply.log_offsets.append(LogOffsets(job_id=key[0], attempt=key[1], **held))
         if report.state == "exited":
             if attempt is not None:
