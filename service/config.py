@@ -27,6 +27,7 @@ from service.scheduler.framework import (
     Quotas,
     SchedulerConfig,
 )
+from service.scheduler.reservations import ReservationRules
 
 CONFIG_FILE_ENV = "COLLOC_CONFIG_FILE"
 
@@ -120,6 +121,15 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError("unknown scheduler plugin(s): " + "; ".join(unknown))
         return self
+
+    def reservation_rules(self) -> ReservationRules:
+        """How running and retried jobs' reservations move under these settings."""
+        return ReservationRules(
+            margin=self.reservation_margin,
+            stable_s=self.reservation_stable_s,
+            oom_factor=self.oom_reservation_factor,
+            oom_backoff_s=self.oom_backoff_s,
+        )
 
     def scheduler(self) -> SchedulerConfig:
         """The placement pipeline these settings describe."""

@@ -6,7 +6,6 @@ matching event, so a state change and its audit entry commit together.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
@@ -32,6 +31,11 @@ from service.jobs.models import (
 )
 from service.jobs.schemas import AttemptGpu, AttemptRead, JobCreate, JobList, JobRead
 from service.nodes.models import Gpu
+from service.scheduler.reservations import (
+    followed_reservation,
+    oom_retry_floor,
+    retry_backoff_s,
+)
 
 ANONYMOUS = "anonymous"
 
@@ -346,14 +350,16 @@ def track_usage(
         attempt.peak_changed_at = now
     steady_since = attempt.peak_changed_at or attempt.started_at or now
     steady_s = (now - steady_since).total_seconds()
+    rules = settings.reservation_rules()
     for allocation in attempt.allocations:
         used = peak_mib_by_gpu.get(allocation.gpu.uuid)
         if used is None:
             continue
-        target = math.ceil(round(used * (1 + settings.reservation_margin), 6))
-        grow = used > allocation.reserved_mib
-        shrink = steady_s >= settings.reservation_stable_s and target < allocation.reserved_mib
-        if grow or shrink:
+        target = followed_reservation(
+            rules, used_mib=used, reserved_mib=allocation.reserved_mib, steady_s=steady_s
+        )
+        if target is not None:
+            grow = used > allocation.reserved_mib
             record(
                 session=session,
                 kind="job.reservation",
@@ -361,7 +367,7 @@ def track_usage(
                 node_id=attempt.node_id,
                 message=f"reservation on GPU {allocation.gpu.uuid} "
                 f"{'grown' if grow else 'shrunk'} from {allocation.reserved_mib} to {target} "
-                f"MiB (peak {used} MiB" + (f", steady for {steady_s:.0f} s)" if shrink else ")"),
+                f"MiB (peak {used} MiB" + (")" if grow else f", steady for {steady_s:.0f} s)"),
             )
             allocation.reserved_mib = target
     attempt.reserved_mib = max(a.reserved_mib for a in attempt.allocations)
@@ -419,8 +425,12 @@ def end_attempt(
     tries = sum(1 for a in job.attempts if a.state != "preempted")
     retry = outcome in ("oom", "lost") and tries < job.max_attempts
     if retry and outcome == "oom":
-        needed = max(attempt.reserved_mib, attempt.peak_mib or 0, _available_mib(session, attempt))
-        floor = math.ceil(needed * settings.oom_reservation_factor)
+        floor = oom_retry_floor(
+            settings.reservation_rules(),
+            reserved_mib=attempt.reserved_mib,
+            peak_mib=attempt.peak_mib or 0,
+            available_mib=_available_mib(session, attempt),
+        )
         job.reservation_floor_mib = max(floor, job.reservation_floor_mib or 0)
         room = _largest_eligible_gpu_mib(session, job) - settings.memory_headroom_mib
         retry = room >= job.reservation_floor_mib
@@ -434,7 +444,7 @@ def end_attempt(
         reason = "requeued after the attempt was lost"
     if retry:
         failures = sum(1 for a in job.attempts if a.state in ("oom", "lost"))
-        backoff = settings.oom_backoff_s * 2 ** (failures - 1)
+        backoff = retry_backoff_s(settings.reservation_rules(), failures)
         job.not_before = now + timedelta(seconds=backoff)
         _requeue(
             session,

@@ -30,6 +30,7 @@ from service.scheduler.snapshot import (
     Plan,
     RunningJob,
     Snapshot,
+    pending_job,
 )
 
 log = logging.getLogger(__name__)
@@ -45,26 +46,18 @@ def lock_placements(session: Session) -> None:
 
 
 def _pending_view(job: Job) -> PendingJob:
-    floor = job.reservation_floor_mib or 0
     models = job.spec.get("gpu_models")
-    if job.memory_mib is not None:  # the user's claim
-        demand, default, exclusive = {}, max(job.memory_mib, floor), False
-    elif job.estimates:  # the estimator's calibrated bound per GPU model
-        demand = {e.gpu_model: max(e.upper_mib, floor) for e in job.estimates}
-        default, exclusive = None, False
-    else:  # nothing known: a whole GPU
-        demand, default, exclusive = {}, floor, True
-    return PendingJob(
+    return pending_job(
         id=job.id,
         priority=job.priority,
         gpus=job.gpus,
-        demand_mib=demand,
-        exclusive=exclusive,
+        memory_mib=job.memory_mib,
+        upper_mib={e.gpu_model: e.upper_mib for e in job.estimates},
+        floor_mib=job.reservation_floor_mib or 0,
+        gpu_models=frozenset(models) if models else None,
         owner=job.owner,
         queue=job.queue,
-        gpu_models=frozenset(models) if models else None,
         not_before=job.not_before,
-        default_demand_mib=default,
     )
 
 

@@ -60,6 +60,44 @@ class PendingJob:
         return self.demand_mib.get(model, self.default_demand_mib)
 
 
+def pending_job(
+    *,
+    id: int,
+    priority: int,
+    gpus: int,
+    memory_mib: int | None,
+    upper_mib: Mapping[str, int],
+    floor_mib: int,
+    gpu_models: frozenset[str] | None = None,
+    owner: str = "anonymous",
+    queue: str = "default",
+    not_before: datetime | None = None,
+) -> PendingJob:
+    """A waiting job's demand: the user's claim, else the estimator's calibrated bound
+    per GPU model, else a whole GPU; never below the floor an OOM set."""
+    if memory_mib is not None:
+        demand: dict[str, int] = {}
+        default: int | None = max(memory_mib, floor_mib)
+        exclusive = False
+    elif upper_mib:
+        demand = {model: max(upper, floor_mib) for model, upper in upper_mib.items()}
+        default, exclusive = None, False
+    else:
+        demand, default, exclusive = {}, floor_mib, True
+    return PendingJob(
+        id=id,
+        priority=priority,
+        gpus=gpus,
+        demand_mib=demand,
+        exclusive=exclusive,
+        owner=owner,
+        queue=queue,
+        gpu_models=gpu_models,
+        not_before=not_before,
+        default_demand_mib=default,
+    )
+
+
 @dataclass(frozen=True)
 class RunningJob:
     """An active job, as quotas and preemption see it."""
