@@ -23,7 +23,7 @@ import bisect
 import itertools
 from dataclasses import dataclass, replace
 
-from service.scheduler.framework import Context, SchedulerConfig, build_plugins
+from service.scheduler.framework import Context, Filter, SchedulerConfig, build_plugins
 from service.scheduler.plugins import gib  # importing plugins registers the built-ins
 from service.scheduler.snapshot import (
     GpuView,
@@ -34,10 +34,14 @@ from service.scheduler.snapshot import (
     Snapshot,
 )
 
-# Filters `_State` enforces itself (its index holds only GPUs of ready nodes, healthy,
-# under the job cap; candidates come per allowed model, with room for the job): the
-# Kubernetes framework's PreFilter, which keeps a cycle over thousands of GPUs fast.
-INDEXED = frozenset({"node_ready", "gpu_health", "gpu_model", "job_cap", "memory_fit"})
+# Filters that read the GPU alone, never the job.
+GPU_ONLY = frozenset({"node_ready", "gpu_health", "job_cap", "utilization_cap"})
+# Filters `_State` enforces itself (its index holds only GPUs that pass the GPU-only
+# ones; candidates come per allowed model, with room for the job): the Kubernetes
+# framework's PreFilter, which keeps a cycle over thousands of GPUs fast.
+INDEXED = GPU_ONLY | {"gpu_model", "memory_fit"}
+# What GPU-only filters are asked about (they do not read it).
+_ANY_JOB = PendingJob(id=0, priority=0, gpus=1, demand_mib={})
 
 
 def _without(gpu: GpuView, mib: int, jobs: int) -> GpuView:
@@ -50,6 +54,12 @@ def _without(gpu: GpuView, mib: int, jobs: int) -> GpuView:
     )
 
 
+def _shape(job: PendingJob) -> tuple[object, ...]:
+    """All that `Scheduler._choose` reads of a job: one shape fits or fails alike."""
+    demand = tuple(sorted(job.demand_mib.items()))
+    return (job.gpus, job.exclusive, job.multi_node, job.gpu_models, job.default_demand_mib, demand)
+
+
 @dataclass
 class _Usage:
     gpus: int = 0
@@ -59,16 +69,22 @@ class _Usage:
 class _State:
     """The cluster as this cycle's placements change it."""
 
-    def __init__(self, snapshot: Snapshot, ctx: Context) -> None:
+    def __init__(self, snapshot: Snapshot, ctx: Context, gpu_filters: list[Filter]) -> None:
         self.ctx = ctx
+        self.gpu_filters = gpu_filters
         self.headroom = ctx.config.headroom_mib
         self.gpus = {gpu.id: gpu for gpu in snapshot.gpus}
         self.held: dict[int, int] = {}  # gpu id -> job it is held for
+        self.left_out_held = False  # whether the last `candidates` call left held GPUs out
         self.index: dict[str, list[tuple[int, int]]] = {}
+        self.idle: dict[str, list[tuple[int, int]]] = {}  # the index's GPUs without jobs
         for gpu in self.gpus.values():
             if self._indexable(gpu):
-                self.index.setdefault(gpu.model, []).append((gpu.free_mib(self.headroom), gpu.id))
-        for entries in self.index.values():
+                entry = (gpu.free_mib(self.headroom), gpu.id)
+                self.index.setdefault(gpu.model, []).append(entry)
+                if gpu.jobs == 0:
+                    self.idle.setdefault(gpu.model, []).append(entry)
+        for entries in (*self.index.values(), *self.idle.values()):
             entries.sort()
         self.users: dict[str, _Usage] = {}
         self.queues: dict[str, _Usage] = {}
@@ -77,12 +93,7 @@ class _State:
 
     def _indexable(self, gpu: GpuView) -> bool:
         """Whether the GPU passes the configured filters that do not depend on the job."""
-        on = self.ctx.config.filters
-        return (
-            ("gpu_health" not in on or gpu.healthy)
-            and ("node_ready" not in on or self.ctx.nodes[gpu.node_id].ready)
-            and ("job_cap" not in on or gpu.jobs < self.ctx.config.max_jobs_per_gpu)
-        )
+        return all(f.check(_ANY_JOB, gpu, self.ctx).ok for f in self.gpu_filters)
 
     def _count(self, owner: str, queue: str, gpus: int, memory_mib: int) -> None:
         for usage in (
@@ -123,26 +134,32 @@ class _State:
         constrained = job.gpu_models is not None and "gpu_model" in on
         models = job.gpu_models if constrained and job.gpu_models else self.index.keys()
         chosen: list[int] = []
+        self.left_out_held = False
         for model in models:
             entries = self.index.get(model, [])
             demand = job.demand_for(model)
             if demand is None or not entries:
                 continue
-            start = bisect.bisect_left(entries, (demand, -1)) if "memory_fit" in on else 0
             if job.exclusive:
-                ids = [g for _f, g in reversed(entries[start:]) if self.gpus[g].jobs == 0]
+                idle = self.idle.get(model, [])
+                start = bisect.bisect_left(idle, (demand, -1)) if "memory_fit" in on else 0
+                ids = [g for _f, g in reversed(idle[start:])]
                 ids = ids if job.gpus > 1 else ids[: 2 * k]
-            elif job.gpus > 1:
-                ids = (
-                    [g for _f, g in entries[start:]]
-                    if job.multi_node
-                    else (self._first_nodes(entries, start, job.gpus, k, include_held))
-                )
             else:
-                ends = entries[start : start + k] + entries[max(start + k, len(entries) - k) :]
-                ids = [gpu_id for _free, gpu_id in ends]
-            chosen.extend(g for g in ids if include_held or g not in self.held)
-        return [self.gpus[g] for g in chosen]
+                start = bisect.bisect_left(entries, (demand, -1)) if "memory_fit" in on else 0
+                if job.gpus > 1:
+                    ids = (
+                        [g for _f, g in entries[start:]]
+                        if job.multi_node
+                        else (self._first_nodes(entries, start, job.gpus, k, include_held))
+                    )
+                else:
+                    ends = entries[start : start + k] + entries[max(start + k, len(entries) - k) :]
+                    ids = [gpu_id for _free, gpu_id in ends]
+            chosen.extend(ids)
+        kept = chosen if include_held else [g for g in chosen if g not in self.held]
+        self.left_out_held = self.left_out_held or len(kept) < len(chosen)
+        return [self.gpus[g] for g in kept]
 
     def _first_nodes(
         self, entries: list[tuple[int, int]], start: int, gpus: int, nodes: int, include_held: bool
@@ -153,6 +170,7 @@ class _State:
         full: list[int] = []
         for _free, gpu_id in itertools.islice(entries, start, None):
             if not include_held and gpu_id in self.held:
+                self.left_out_held = True
                 continue
             node = self.gpus[gpu_id].node_id
             per_node.setdefault(node, []).append(gpu_id)
@@ -172,8 +190,12 @@ class _State:
         for gpu_id, mib in zip(gpu_ids, reserved, strict=True):
             old = self.gpus[gpu_id]
             if self._indexable(old):
+                entry = (old.free_mib(self.headroom), old.id)
                 entries = self.index[old.model]
-                entries.pop(bisect.bisect_left(entries, (old.free_mib(self.headroom), old.id)))
+                entries.pop(bisect.bisect_left(entries, entry))
+                if old.jobs == 0:
+                    idle = self.idle[old.model]
+                    idle.pop(bisect.bisect_left(idle, entry))
             new = replace(old, reserved_mib=old.reserved_mib + mib, jobs=old.jobs + 1)
             self.gpus[gpu_id] = new
             if self._indexable(new):
@@ -255,11 +277,13 @@ class Scheduler:
     def _why_not(
         self, job: PendingJob, state: _State, by_node: dict[int, list[tuple[float, GpuView]]]
     ) -> str:
-        held = {
-            state.held[g.id]
-            for g in state.candidates(job, include_held=True)
-            if g.id in state.held and self._passes(job, g, state.ctx)
-        }
+        held: set[int] = set()
+        if state.left_out_held:  # else no held GPU was in the way
+            held = {
+                state.held[g.id]
+                for g in state.candidates(job, include_held=True)
+                if g.id in state.held and self._passes(job, g, state.ctx)
+            }
         if held:
             return (
                 f"the GPUs that would fit are held for job(s) "
@@ -280,20 +304,30 @@ class Scheduler:
         """GPUs to keep for a blocked job: on the node where it fits once they empty,
         the ones with the most room now (the soonest to be free)."""
         ctx = state.ctx
-        by_node: dict[int, list[GpuView]] = {}
-        for gpu in state.gpus.values():
-            empty = replace(gpu, reserved_mib=0, used_mib=0, jobs=0)
-            if gpu.id not in state.held and self._passes(job, empty, ctx):
+        room = state.headroom
+        models = job.gpu_models if "gpu_model" in ctx.config.filters else None
+        by_room = sorted(
+            (
+                gpu
+                for gpu in state.gpus.values()
+                if gpu.id not in state.held and (models is None or gpu.model in models)
+            ),
+            key=lambda g: (-g.free_mib(room), g.id),
+        )
+        by_node: dict[int, list[GpuView]] = {}  # each node's GPUs, the most room first
+        for gpu in by_room:
+            if self._passes(job, replace(gpu, reserved_mib=0, used_mib=0, jobs=0), ctx):
                 by_node.setdefault(gpu.node_id, []).append(gpu)
+                if job.gpus == 1:  # the first that fits has the most room
+                    break
         best: list[GpuView] = []
         best_free = -1
         for gpus in by_node.values():
             if len(gpus) < job.gpus:
                 continue
-            chosen = sorted(gpus, key=lambda g: -g.free_mib(state.headroom))[: job.gpus]
-            free = sum(g.free_mib(state.headroom) for g in chosen)
+            free = sum(g.free_mib(room) for g in gpus[: job.gpus])
             if free > best_free:
-                best, best_free = chosen, free
+                best, best_free = gpus[: job.gpus], free
         for gpu in best:
             state.held[gpu.id] = job.id
         return [g.id for g in best]
@@ -336,16 +370,21 @@ class Scheduler:
 
     def place(self, snapshot: Snapshot) -> Plan:
         """Place what can be placed now, in queue order."""
-        state = _State(snapshot, self._context(snapshot))
+        gpu_filters = [f for name, f in self.filters if name in GPU_ONLY]
+        state = _State(snapshot, self._context(snapshot), gpu_filters)
         plan = Plan()
         blocked_head = False
+        # Why jobs of each shape failed since the state last changed: in a long queue many
+        # jobs ask for the same (whole GPUs, rounded claims), and they fail alike.
+        unplaceable: dict[tuple[object, ...], str] = {}
         for job in sorted(snapshot.pending, key=self.queue_sort.key):
             if job.not_before and snapshot.now and job.not_before > snapshot.now:
                 plan.waiting[job.id] = (
                     f"backing off after an OOM until {job.not_before:%Y-%m-%d %H:%M:%S} UTC"
                 )
                 continue
-            choice = self._choose(job, state)
+            shape = _shape(job)
+            choice = unplaceable.get(shape) or self._choose(job, state)
             problem = (
                 state.quota_problem(job, sum(choice.reserved_mib))
                 if isinstance(choice, Placement)
@@ -355,12 +394,14 @@ class Scheduler:
                 plan.waiting[job.id] = problem
                 continue
             if isinstance(choice, str):
-                plan.waiting[job.id] = choice
+                plan.waiting[job.id] = unplaceable[shape] = choice
                 if not blocked_head:
                     blocked_head = True
                     self._make_room(job, state, snapshot, plan)
+                    unplaceable.clear()
                 continue
             state.reserve(job, choice.gpu_ids, choice.reserved_mib)
+            unplaceable.clear()
             plan.placements.append(choice)
         plan.held = state.held
         return plan

@@ -124,6 +124,25 @@ def test_health_readiness_models_and_busy_gpus_are_filtered() -> None:
     assert plan.placements[0].gpu_ids == (4,)
 
 
+def test_busy_gpus_do_not_hide_idle_room_behind_the_candidate_limit() -> None:
+    """The few GPUs with the least room are all too busy; the job still finds the one
+    with room and a low utilisation (busy GPUs never enter the candidate index)."""
+    busy = tuple(
+        gpu(i, 1, reserved_mib=reserved, jobs=1, utilization_pct=95.0)
+        for i, reserved in enumerate((11000, 10500, 1000, 500), start=1)
+    )
+    calm = gpu(5, 2, reserved_mib=6000, jobs=1, utilization_pct=30.0)
+    (placement,) = place((*busy, calm), (job(1, 4000),)).placements
+    assert placement.gpu_ids == (5,)
+
+
+def test_identical_jobs_that_cannot_fit_wait_for_the_same_reason() -> None:
+    plan = place((gpu(1, 1, reserved_mib=14000, jobs=1),), (job(1, 4000), job(2, 4000)))
+    assert not plan.placements
+    reason = "needs 3.9 GiB per GPU; the most free on an eligible GPU is 1.3 GiB"
+    assert plan.waiting[1].startswith(reason) and plan.waiting[2] == reason
+
+
 def test_exclusive_jobs_take_an_idle_gpu_whole() -> None:
     gpus = (gpu(1, 1, reserved_mib=1000, jobs=1), gpu(2, 1, index=1))
     plan = place(gpus, (job(1, 0, exclusive=True), job(2, 100)))
