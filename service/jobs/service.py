@@ -31,6 +31,7 @@ from service.jobs.models import (
 )
 from service.jobs.schemas import AttemptGpu, AttemptRead, JobCreate, JobList, JobRead
 from service.nodes.models import Gpu
+from service.scheduler.admission import can_ever_fit
 from service.scheduler.reservations import (
     followed_reservation,
     oom_retry_floor,
@@ -76,13 +77,11 @@ def _check_can_ever_fit(
     """Refuse a job no node of the registered cluster could ever hold."""
     if not cluster:
         return  # nothing registered yet: the job waits for nodes
-    eligible = [(node, m, total) for node, m, total in cluster if not models or m in models]
-    per_node: dict[int, int] = {}
-    for node, model, total in eligible:
-        if total - headroom_mib >= demand(model):
-            per_node[node] = per_node.get(node, 0) + 1
-    if any(count >= spec.gpus for count in per_node.values()):
+    if can_ever_fit(
+        gpus=spec.gpus, models=models, cluster=cluster, demand=demand, headroom_mib=headroom_mib
+    ):
         return
+    eligible = [(node, m, total) for node, m, total in cluster if not models or m in models]
     largest = max((total for _n, _m, total in eligible), default=0)
     needs = sorted({demand(m) for _n, m, _t in eligible}) or [0]
     wanted = f"{spec.gpus} GPU(s)" + (f" with {needs[0]} MiB each" if needs[0] else "")

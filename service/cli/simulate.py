@@ -1,0 +1,106 @@
+"""`colloc simulate`: the trace-driven cluster simulation, every policy on one workload."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from agent.cluster import ClusterFileError, load_cluster
+from service.cli.errors import CliError
+from service.simulator import traces
+from service.simulator.cluster import SimGpuSpec, SimNode
+from service.simulator.policies import POLICIES
+from service.simulator.report import PlotsUnavailableError, plots, table
+from service.simulator.scenario import SCENARIOS, adjusted, run
+
+
+def _nodes(path: Path) -> list[SimNode]:
+    try:
+        nodes = load_cluster(path)
+    except ClusterFileError as exc:
+        raise CliError(f"{path}: {exc}") from exc
+    return [
+        SimNode(node.name, tuple(SimGpuSpec(g.model, g.memory_total_mib) for g in node.gpus))
+        for node in nodes
+    ]
+
+
+def _policies(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in POLICIES]
+    if unknown or not names:
+        raise CliError(f"unknown policy {', '.join(unknown)!r}; known: {', '.join(POLICIES)}")
+    return names
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    if args.extract:
+        if not (args.extract / "alibaba_v2023").is_dir():
+            raise CliError(f"{args.extract}: not the shared data folder (no alibaba_v2023/)")
+        for path in traces.extract(args.extract):
+            print(path)
+        return 0
+    scenario = adjusted(
+        SCENARIOS[args.scenario],
+        gpus=args.gpus,
+        trace=args.trace,
+        jobs=args.jobs,
+        load=args.load,
+        seed=args.seed,
+    )
+    nodes = _nodes(args.cluster) if args.cluster else None
+    report = run(scenario, _policies(args.policies), nodes)
+    if args.json:
+        print(json.dumps(report.as_json(), sort_keys=True))
+    else:
+        trace = report.trace
+        print(
+            f"scenario {scenario.name}: {trace['jobs']} jobs from the {trace['trace']} trace "
+            f"(seed {trace['seed']}, load {trace['load']}) on {trace['gpus']} GPUs"
+        )
+        print(table(report))
+    if args.plots:
+        try:
+            for path in plots(report, args.plots):
+                print(f"wrote {path}")
+        except PlotsUnavailableError as exc:
+            raise CliError(str(exc)) from exc
+    return 0
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError("must be between 1 and 1,000,000")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1000:
+        raise argparse.ArgumentTypeError("must be above 0 and at most 1000")
+    return value
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sim = commands.add_parser(
+        "simulate",
+        help="trace-driven cluster simulation with the real scheduler core",
+        description="Replay a public trace on a simulated heterogeneous cluster, once per "
+        "policy, and compare OOMs, makespan, JCT, queueing and utilisation.",
+    )
+    sim.add_argument("--scenario", choices=sorted(SCENARIOS), default="standard")
+    sim.add_argument("--cluster", type=Path, help="a cluster YAML file instead of Alibaba's")
+    sim.add_argument("--gpus", type=_positive_int, help="Alibaba-shaped cluster of ~N GPUs")
+    sim.add_argument("--trace", choices=("alibaba", "muri"))
+    sim.add_argument("--jobs", type=_positive_int)
+    sim.add_argument("--load", type=_positive_float, help="offered over available GPU time")
+    sim.add_argument("--seed", type=int)
+    sim.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
+    sim.add_argument("--json", action="store_true", help="one JSON object (the contract)")
+    sim.add_argument("--plots", type=Path, metavar="DIR", help="write PNG plots here")
+    sim.add_argument(
+        "--extract", type=Path, metavar="SHARED", help="rebuild the trace tables and exit"
+    )
+    sim.set_defaults(run=run_simulate)

@@ -1,0 +1,22 @@
+"""Whether a job could ever run on a cluster: the check behind refusing it at submission."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+
+
+def can_ever_fit(
+    *,
+    gpus: int,
+    models: Collection[str] | None,
+    cluster: Sequence[tuple[int, str, int]],
+    demand: Callable[[str], int],
+    headroom_mib: int,
+) -> bool:
+    """Whether some node of `cluster` ((node id, GPU model, memory MiB) per GPU) has
+    `gpus` GPUs of an allowed model that, empty, hold `demand(model)` each."""
+    per_node: dict[int, int] = {}
+    for node, model, total in cluster:
+        if (not models or model in models) and total - headroom_mib >= demand(model):
+            per_node[node] = per_node.get(node, 0) + 1
+    return any(count >= gpus for count in per_node.values())

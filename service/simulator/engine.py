@@ -1,0 +1,525 @@
+"""The discrete-event simulation: a virtual clock, and Colloc's scheduler placing jobs.
+
+Each scheduling cycle hands `Scheduler.place` (the service's own pure core) a Snapshot
+of the simulated cluster, as the service does from its database, and starts what the
+plan places. Running jobs reserve, grow and shrink by the service's reservation rules
+(`service/scheduler/reservations.py`); an OOM is retried as the service retries one.
+
+The physics, and where each part comes from:
+- a job reaches its true peak memory `ramp_s` after it starts (half its run, if
+  shorter); if the GPU's memory in use cannot hold it then, that job dies of an OOM:
+  the attempt's GPU time is lost and the job is requeued (or fails, its retries spent);
+- a job's speed is its GPU model's (`cluster.gpu_speed`), times, for each job sharing
+  one of its GPUs, Lucid's measured median speed for its class beside that job's class
+  (`traces.Sharing`; Lucid measured pairs, so a third neighbour multiplies in again);
+- a GPU is as busy as the sum of its jobs' classes' mean `utilization.gpu` (Lucid),
+  at most 100%.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+
+from service.scheduler.admission import can_ever_fit
+from service.scheduler.framework import SchedulerConfig
+from service.scheduler.placement import Scheduler
+from service.scheduler.reservations import (
+    ReservationRules,
+    followed_reservation,
+    oom_retry_floor,
+    retry_backoff_s,
+)
+from service.scheduler.snapshot import (
+    GpuView,
+    NodeView,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    pending_job,
+)
+from service.simulator.cluster import SimNode
+from service.simulator.policies import Demand, Policy
+from service.simulator.traces import Sharing
+from service.simulator.workload import SimJob
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+UNKNOWN_MIB = 1 << 40  # the demand on a GPU model a policy has no figure for
+
+# Event kinds, in the order they are handled at one instant: the cycle comes last, so
+# it sees every arrival, exit and peak of that instant.
+ARRIVAL, PEAK, FINISH, STEADY, WAKE, CYCLE = range(6)
+
+
+def _known(demand_mib: int | None) -> int:
+    return UNKNOWN_MIB if demand_mib is None else demand_mib
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    cycle_s: float = 10.0  # scheduling interval; 0: a cycle after every instant with news
+    ramp_s: float = 60.0  # from start to the peak
+    max_attempts: int = 3
+    sample_s: float = 300.0  # timeline resolution (plots)
+    rules: ReservationRules = field(default_factory=ReservationRules)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+@dataclass
+class _Attempt:
+    job: SimJob
+    gpu_ids: tuple[int, ...]
+    reserved_mib: dict[int, int]
+    started_s: float
+    remaining_s: float  # work left, in seconds alone on a V100
+    rate: float = 0.0
+    updated_s: float = 0.0
+    version: int = 0
+    peaked: bool = False
+    view: RunningJob | None = None  # as the last snapshot saw it (until reservations move)
+
+
+@dataclass
+class _Gpu:
+    id: int
+    node_id: int
+    index: int
+    model: str
+    memory_mib: int
+    speed: float
+    attempts: dict[int, _Attempt] = field(default_factory=dict)
+    reserved_mib: int = 0
+    used_mib: int = 0  # physically held by jobs that reached their peak
+    util_pct: float = 0.0
+
+
+@dataclass
+class _Job:
+    job: SimJob
+    demand: Demand
+    pending_since: float
+    tries: int = 0
+    floor_mib: int = 0
+    not_before_s: float | None = None
+    queued_s: float = 0.0
+    view: PendingJob | None = None
+
+
+@dataclass
+class SimResult:
+    """What one policy did with one workload."""
+
+    oom_events: int
+    gpu_hours_lost_to_oom: float
+    makespan_s: float
+    mean_jct_s: float
+    p95_jct_s: float
+    mean_queue_s: float
+    gpu_memory_utilization: float
+    sm_busy_share: float
+    jobs_completed: int
+    jobs_failed: int
+    jobs_rejected: int  # their demand fits no GPU: the service refuses them at submission
+    placements: int
+    cycles: int
+    jct_s: list[float]
+    timeline: list[tuple[float, float, float, int, int]]  # t, memory, busy, running, pending
+
+    def summary(self) -> dict[str, float | int]:
+        """The contract's figures per policy (DESIGN.md), and a few more."""
+        return {
+            "oom_events": self.oom_events,
+            "gpu_hours_lost_to_oom": round(self.gpu_hours_lost_to_oom, 3),
+            "makespan_s": round(self.makespan_s, 1),
+            "mean_jct_s": round(self.mean_jct_s, 1),
+            "p95_jct_s": round(self.p95_jct_s, 1),
+            "mean_queue_s": round(self.mean_queue_s, 1),
+            "gpu_memory_utilization": round(self.gpu_memory_utilization, 4),
+            "sm_busy_share": round(self.sm_busy_share, 4),
+            "jobs_completed": self.jobs_completed,
+            "jobs_failed": self.jobs_failed,
+            "jobs_rejected": self.jobs_rejected,
+            "placements": self.placements,
+        }
+
+
+class Simulation:
+    """One policy, one cluster, one workload; `run()` plays it to the end."""
+
+    def __init__(
+        self,
+        nodes: list[SimNode],
+        jobs: list[SimJob],
+        policy: Policy,
+        sharing: Sharing,
+        speeds: dict[str, float],
+        settings: SimSettings = SimSettings(),
+    ) -> None:
+        self.settings = settings
+        self.policy = policy
+        self.sharing = sharing
+        self.scheduler = Scheduler(settings.scheduler)
+        self.jobs = {job.id: job for job in jobs}
+        self.node_views = tuple(NodeView(i, node.name, True) for i, node in enumerate(nodes, 1))
+        self.gpus: dict[int, _Gpu] = {}
+        for node_id, node in enumerate(nodes, start=1):
+            for index, spec in enumerate(node.gpus):
+                gpu_id = len(self.gpus) + 1
+                self.gpus[gpu_id] = _Gpu(
+                    gpu_id, node_id, index, spec.model, spec.memory_mib, speeds[spec.model]
+                )
+        self.models = {gpu.model: gpu.memory_mib for gpu in self.gpus.values()}
+        # one node of each make-up is enough to tell whether a job could ever run
+        makeups = {node.gpus: node_id for node_id, node in enumerate(nodes, start=1)}
+        self.cluster = [
+            (node_id, gpu.model, gpu.memory_mib)
+            for gpus, node_id in makeups.items()
+            for gpu in gpus
+        ]
+        self.memory_total_mib = sum(gpu.memory_mib for gpu in self.gpus.values())
+        self.views = {gpu.id: self._view(gpu) for gpu in self.gpus.values()}
+        self.pending: dict[int, _Job] = {}
+        self.running: dict[int, _Attempt] = {}
+        self.states: dict[int, _Job] = {}
+        self.events: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.now = 0.0
+        self.cycle_at: float | None = None
+        # accounting
+        self.finished_s: dict[int, float] = {}
+        self.failed: set[int] = set()
+        self.rejected: set[int] = set()
+        self.ooms = 0
+        self.lost_gpu_s = 0.0
+        self.placements = 0
+        self.cycles = 0
+        self.used_mib = 0  # physically held, cluster-wide
+        self.busy = 0.0  # sum over GPUs of min(1, utilisation)
+        self.used_area = 0.0
+        self.busy_area = 0.0
+        self.last_s = 0.0
+        self.timeline: list[tuple[float, float, float, int, int]] = []
+        self.next_sample_s = 0.0
+
+    # events
+
+    def _push(self, at_s: float, kind: int, job_id: int, version: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (at_s, kind, self.seq, job_id, version))
+
+    def _want_cycle(self) -> None:
+        step = self.settings.cycle_s
+        at = self.now if step <= 0 else math.ceil(self.now / step - 1e-9) * step
+        if self.cycle_at is None or at < self.cycle_at:
+            self.cycle_at = at
+            self._push(at, CYCLE, 0)
+
+    def run(self) -> SimResult:
+        for job in self.jobs.values():
+            self._push(job.arrival_s, ARRIVAL, job.id)
+        while self.events:
+            at_s, kind, _seq, job_id, version = heapq.heappop(self.events)
+            self._advance(at_s)
+            if kind == ARRIVAL:
+                self._arrive(self.jobs[job_id])
+            elif kind == PEAK:
+                self._peak(job_id, version)
+            elif kind == FINISH:
+                self._finish(job_id, version)
+            elif kind == STEADY:
+                self._steady(job_id, version)
+            elif kind == WAKE:
+                self._want_cycle()
+            elif kind == CYCLE and self.cycle_at == at_s:
+                self.cycle_at = None
+                self._cycle()
+        return self._result()
+
+    def _advance(self, to_s: float) -> None:
+        """Integrate memory in use and busy GPUs up to `to_s`, sampling the timeline."""
+        while self.next_sample_s <= to_s:
+            self.timeline.append(
+                (
+                    self.next_sample_s,
+                    self.used_mib / self.memory_total_mib,
+                    self.busy / len(self.gpus),
+                    len(self.running),
+                    len(self.pending),
+                )
+            )
+            self.next_sample_s += self.settings.sample_s
+        span = to_s - self.last_s
+        self.used_area += self.used_mib * span
+        self.busy_area += self.busy * span
+        self.last_s = self.now = to_s
+
+    # jobs
+
+    def _arrive(self, job: SimJob) -> None:
+        state = _Job(job, self.policy.demand(job, self.models), pending_since=self.now)
+        self.states[job.id] = state
+        view = self._pending_view(state)
+        if not can_ever_fit(
+            gpus=job.gpus,
+            models=view.gpu_models,
+            cluster=self.cluster,
+            demand=lambda model: _known(view.demand_for(model)),
+            headroom_mib=self.settings.scheduler.headroom_mib,
+        ):  # the service refuses such a job at submission
+            self.rejected.add(job.id)
+            return
+        self.pending[job.id] = state
+        self._want_cycle()
+
+    def _pending_view(self, state: _Job) -> PendingJob:
+        if state.view is None:
+            demand = state.demand
+            state.view = pending_job(
+                id=state.job.id,
+                priority=0,
+                gpus=state.job.gpus,
+                memory_mib=demand.memory_mib,
+                upper_mib=demand.upper_mib,
+                floor_mib=state.floor_mib,
+                gpu_models=demand.gpu_models,
+                not_before=None
+                if state.not_before_s is None
+                else EPOCH + timedelta(seconds=state.not_before_s),
+            )
+        return state.view
+
+    def _view(self, gpu: _Gpu) -> GpuView:
+        return GpuView(
+            id=gpu.id,
+            node_id=gpu.node_id,
+            index=gpu.index,
+            model=gpu.model,
+            memory_total_mib=gpu.memory_mib,
+            reserved_mib=gpu.reserved_mib,
+            used_mib=gpu.used_mib,
+            foreign_mib=0,
+            utilization_pct=min(100.0, gpu.util_pct),
+            healthy=True,
+            jobs=len(gpu.attempts),
+        )
+
+    def _cycle(self) -> None:
+        if not self.pending:
+            return
+        self.cycles += 1
+        snapshot = Snapshot(
+            nodes=self.node_views,
+            gpus=tuple(self.views.values()),
+            pending=tuple(self._pending_view(state) for state in self.pending.values()),
+            running=tuple(self._running_view(a) for a in self.running.values()),
+            now=EPOCH + timedelta(seconds=self.now),
+        )
+        plan = self.scheduler.place(snapshot)
+        for placement in plan.placements:
+            self._start(
+                self.pending.pop(placement.job_id), placement.gpu_ids, placement.reserved_mib
+            )
+
+    @staticmethod
+    def _running_view(attempt: _Attempt) -> RunningJob:
+        if attempt.view is None:
+            attempt.view = RunningJob(
+                id=attempt.job.id,
+                priority=0,
+                owner="anonymous",
+                queue="default",
+                gpu_ids=attempt.gpu_ids,
+                reserved_mib=max(attempt.reserved_mib.values()),
+            )
+        return attempt.view
+
+    def _start(self, state: _Job, gpu_ids: tuple[int, ...], reserved: tuple[int, ...]) -> None:
+        job = state.job
+        state.tries += 1
+        state.queued_s += self.now - state.pending_since
+        self.placements += 1
+        attempt = _Attempt(
+            job,
+            gpu_ids,
+            dict(zip(gpu_ids, reserved, strict=True)),
+            started_s=self.now,
+            remaining_s=job.work_s,
+            updated_s=self.now,
+        )
+        self.running[job.id] = attempt
+        util = self.sharing.gpu_util_pct[job.sharing_class]
+        for gpu_id, mib in attempt.reserved_mib.items():
+            gpu = self.gpus[gpu_id]
+            gpu.attempts[job.id] = attempt
+            gpu.reserved_mib += mib
+            self._set_util(gpu, gpu.util_pct + util)
+        self._rerate(gpu_ids)
+        alone_s = job.work_s / max(attempt.rate, 1e-9)
+        self._push(self.now + min(self.settings.ramp_s, alone_s / 2), PEAK, job.id, state.tries)
+
+    def _set_util(self, gpu: _Gpu, util_pct: float) -> None:
+        self.busy += min(100.0, util_pct) / 100 - min(100.0, gpu.util_pct) / 100
+        gpu.util_pct = max(0.0, util_pct)
+
+    def _rate(self, attempt: _Attempt) -> float:
+        rates = []
+        cls = attempt.job.sharing_class
+        for gpu_id in attempt.gpu_ids:
+            gpu = self.gpus[gpu_id]
+            rate = gpu.speed
+            for other_id, other in gpu.attempts.items():
+                if other_id != attempt.job.id:
+                    rate *= self.sharing.speed[(cls, other.job.sharing_class)]
+            rates.append(rate)
+        return min(rates)
+
+    def _rerate(self, gpu_ids: tuple[int, ...]) -> None:
+        """Bring the work of every job on these GPUs up to now, and re-time its finish."""
+        touched = {job_id: a for g in gpu_ids for job_id, a in self.gpus[g].attempts.items()}
+        for attempt in touched.values():
+            attempt.remaining_s = max(
+                0.0, attempt.remaining_s - attempt.rate * (self.now - attempt.updated_s)
+            )
+            attempt.updated_s = self.now
+            attempt.rate = self._rate(attempt)
+            attempt.version += 1
+            self._push(
+                self.now + attempt.remaining_s / attempt.rate,
+                FINISH,
+                attempt.job.id,
+                attempt.version,
+            )
+        for gpu_id in gpu_ids:
+            self.views[gpu_id] = self._view(self.gpus[gpu_id])
+
+    def _release(self, attempt: _Attempt) -> None:
+        del self.running[attempt.job.id]
+        util = self.sharing.gpu_util_pct[attempt.job.sharing_class]
+        for gpu_id, mib in attempt.reserved_mib.items():
+            gpu = self.gpus[gpu_id]
+            del gpu.attempts[attempt.job.id]
+            gpu.reserved_mib -= mib
+            if attempt.peaked:
+                held = attempt.job.true_peak_mib[gpu.model]
+                gpu.used_mib -= held
+                self.used_mib -= held
+            self._set_util(gpu, gpu.util_pct - util if gpu.attempts else 0.0)
+        self._rerate(attempt.gpu_ids)
+        self._want_cycle()
+
+    def _peak(self, job_id: int, number: int) -> None:
+        attempt = self.running.get(job_id)
+        if attempt is None or self.states[job_id].tries != number:
+            return
+        gpus = [self.gpus[g] for g in attempt.gpu_ids]
+        need = {gpu.id: attempt.job.true_peak_mib[gpu.model] for gpu in gpus}
+        short = [gpu for gpu in gpus if gpu.used_mib + need[gpu.id] > gpu.memory_mib]
+        if short:
+            self._oom(attempt, short[0])
+            return
+        attempt.peaked = True
+        for gpu in gpus:
+            gpu.used_mib += need[gpu.id]
+            self.used_mib += need[gpu.id]
+            self._follow(attempt, gpu, need[gpu.id], steady_s=0.0)
+            self.views[gpu.id] = self._view(gpu)
+        self._push(self.now + self.settings.rules.stable_s, STEADY, job_id, number)
+
+    def _follow(self, attempt: _Attempt, gpu: _Gpu, used_mib: int, steady_s: float) -> None:
+        target = followed_reservation(
+            self.settings.rules,
+            used_mib=used_mib,
+            reserved_mib=attempt.reserved_mib[gpu.id],
+            steady_s=steady_s,
+        )
+        if target is not None:
+            gpu.reserved_mib += target - attempt.reserved_mib[gpu.id]
+            attempt.reserved_mib[gpu.id] = target
+            attempt.view = None
+
+    def _steady(self, job_id: int, number: int) -> None:
+        attempt = self.running.get(job_id)
+        if attempt is None or self.states[job_id].tries != number:
+            return
+        for gpu_id in attempt.gpu_ids:
+            gpu = self.gpus[gpu_id]
+            self._follow(
+                attempt, gpu, attempt.job.true_peak_mib[gpu.model], self.settings.rules.stable_s
+            )
+            self.views[gpu_id] = self._view(gpu)
+        self._want_cycle()
+
+    def _oom(self, attempt: _Attempt, gpu: _Gpu) -> None:
+        """The attempt dies; as the service does, retry it with a floor above what it
+        could have had, after a back-off, if some GPU it may use can hold that."""
+        state = self.states[attempt.job.id]
+        self.ooms += 1
+        self.lost_gpu_s += (self.now - attempt.started_s) * len(attempt.gpu_ids)
+        neighbours = gpu.reserved_mib - attempt.reserved_mib[gpu.id]
+        floor = oom_retry_floor(
+            self.settings.rules,
+            reserved_mib=max(attempt.reserved_mib.values()),
+            peak_mib=gpu.memory_mib - gpu.used_mib,
+            available_mib=gpu.memory_mib - neighbours,
+        )
+        self._release(attempt)
+        state.floor_mib = max(state.floor_mib, floor)
+        allowed = state.demand.gpu_models
+        room = max(
+            memory for model, memory in self.models.items() if allowed is None or model in allowed
+        )
+        if (
+            state.tries >= self.settings.max_attempts
+            or room - self.settings.scheduler.headroom_mib < state.floor_mib
+        ):
+            self.failed.add(attempt.job.id)
+            return
+        state.not_before_s = self.now + retry_backoff_s(self.settings.rules, state.tries)
+        state.view = None
+        state.pending_since = self.now
+        self.pending[attempt.job.id] = state
+        self._push(state.not_before_s, WAKE, attempt.job.id)
+
+    def _finish(self, job_id: int, version: int) -> None:
+        attempt = self.running.get(job_id)
+        if attempt is None or attempt.version != version:
+            return
+        if not attempt.peaked:  # it ended before its peak: it never needed more
+            self._push(self.now, PEAK, job_id, self.states[job_id].tries)
+            self._push(self.now, FINISH, job_id, version)
+            return
+        self._release(attempt)
+        self.finished_s[job_id] = self.now
+        gpu = self.gpus[attempt.gpu_ids[0]]
+        self.policy.observe(attempt.job, gpu.model, attempt.job.true_peak_mib[gpu.model])
+
+    # results
+
+    def _result(self) -> SimResult:
+        first = min((job.arrival_s for job in self.jobs.values()), default=0.0)
+        end = max([*self.finished_s.values(), first])
+        makespan = end - first
+        jct = sorted(self.finished_s[j] - self.jobs[j].arrival_s for j in self.finished_s)
+        queued = [self.states[j].queued_s for j in self.finished_s]
+        window = makespan * self.memory_total_mib
+        return SimResult(
+            oom_events=self.ooms,
+            gpu_hours_lost_to_oom=self.lost_gpu_s / 3600,
+            makespan_s=makespan,
+            mean_jct_s=float(np.mean(jct)) if jct else 0.0,
+            p95_jct_s=float(np.percentile(jct, 95)) if jct else 0.0,
+            mean_queue_s=float(np.mean(queued)) if queued else 0.0,
+            gpu_memory_utilization=self.used_area / window if window else 0.0,
+            sm_busy_share=self.busy_area / (makespan * len(self.gpus)) if makespan else 0.0,
+            jobs_completed=len(self.finished_s),
+            jobs_failed=len(self.failed),
+            jobs_rejected=len(self.rejected),
+            placements=self.placements,
+            cycles=self.cycles,
+            jct_s=jct,
+            timeline=self.timeline,
+        )

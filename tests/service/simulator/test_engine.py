@@ -1,0 +1,116 @@
+"""The simulator's accounting on small traces, against figures computed by hand."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from estimator.spec import TrainingSpec
+from service.scheduler.framework import SchedulerConfig
+from service.simulator.cluster import SimGpuSpec, SimNode
+from service.simulator.engine import SimResult, SimSettings, Simulation
+from service.simulator.policies import Exclusive, Oracle, Policy, Request
+from service.simulator.traces import Sharing
+from service.simulator.workload import SimJob
+
+GPU = "test-gpu"
+ONE_GPU = [SimNode("n1", (SimGpuSpec(GPU, 16384),))]
+SPEC = TrainingSpec.model_validate({"model": {"catalog": "timm:resnet50"}, "batch_size": 32})
+
+
+def sharing(speed: float = 1.0, util_pct: float = 0.0) -> Sharing:
+    return Sharing(share={0: 1.0}, gpu_util_pct={0: util_pct}, speed={(0, 0): speed})
+
+
+def job(job_id: int, arrival_s: float, work_s: float, true_mib: int, claim_mib: int = 0) -> SimJob:
+    return SimJob(
+        id=job_id,
+        arrival_s=arrival_s,
+        gpus=1,
+        work_s=work_s,
+        spec=SPEC,
+        model="m",
+        group="g",
+        true_peak_mib={GPU: true_mib},
+        claim_mib=claim_mib,
+        sharing_class=0,
+    )
+
+
+NO_SLOWDOWN = sharing()
+
+
+def simulate(
+    jobs: list[SimJob], policy: Policy, shared: Sharing = NO_SLOWDOWN, max_attempts: int = 3
+) -> SimResult:
+    settings = SimSettings(
+        cycle_s=0,
+        ramp_s=60,
+        max_attempts=max_attempts,
+        scheduler=SchedulerConfig(headroom_mib=0),
+    )
+    return Simulation(ONE_GPU, jobs, policy, shared, {GPU: 1.0}, settings).run()
+
+
+def test_exclusive_runs_one_job_after_the_other() -> None:
+    # job 1 runs 0-100; job 2 arrives at 10, waits until 100, runs to 200
+    result = simulate([job(1, 0, 100, 10240), job(2, 10, 100, 10240)], Exclusive())
+    assert result.makespan_s == 200
+    assert result.jct_s == [100, 190]
+    assert result.mean_jct_s == 145
+    assert result.p95_jct_s == pytest.approx(100 + 0.95 * 90)
+    assert result.mean_queue_s == 45
+    # each job holds 10 GiB from its peak (half its 100 s run) to its end: 2 x 50 s
+    assert result.gpu_memory_utilization == pytest.approx(10240 * 100 / (16384 * 200))
+    assert (result.oom_events, result.jobs_completed) == (0, 2)
+
+
+def test_collocated_jobs_slow_each_other_as_measured() -> None:
+    # job 1 alone 0-10 (10 s of work done); both at 0.8 until job 1's last 90 s of work
+    # are done at 10 + 90 / 0.8 = 122.5, when job 2 has done 90 and needs 10 s alone
+    result = simulate(
+        [job(1, 0, 100, 6144), job(2, 10, 100, 6144)], Oracle(), sharing(0.8, util_pct=50)
+    )
+    assert result.makespan_s == pytest.approx(132.5)
+    assert result.jct_s == pytest.approx([122.5, 122.5])
+    assert result.mean_queue_s == 0
+    # the GPU is half busy with one job, fully with two: (10 x 0.5 + 112.5 + 10 x 0.5) / 132.5
+    assert result.sm_busy_share == pytest.approx(122.5 / 132.5)
+
+
+def test_an_oom_costs_the_attempt_and_a_retry_reserves_more() -> None:
+    # Both claim 4 GiB and get the 16 GiB GPU at 0; both need 10 GiB at their peak (60 s).
+    # Job 1 peaks first and its reservation grows to 11264 MiB; job 2 finds 6 GiB free
+    # and dies at 60 (60 GPU-s lost). Its retry reserves 1.2 x the 6144 MiB it could
+    # reach = 7373 MiB, waits out 10 s of back-off and then job 1 (to 200), and runs
+    # 200-400.
+    result = simulate([job(1, 0, 200, 10240, 4096), job(2, 0, 200, 10240, 4096)], Request())
+    assert result.oom_events == 1
+    assert result.gpu_hours_lost_to_oom == pytest.approx(60 / 3600)
+    assert result.makespan_s == 400
+    assert result.jct_s == [200, 400]
+    assert result.mean_queue_s == (0 + (200 - 60)) / 2
+    assert (result.jobs_completed, result.jobs_failed, result.placements) == (2, 0, 3)
+
+
+def test_an_oom_with_no_retries_left_fails_the_job() -> None:
+    result = simulate(
+        [job(1, 0, 200, 10240, 4096), job(2, 0, 200, 10240, 4096)], Request(), max_attempts=1
+    )
+    assert (result.oom_events, result.jobs_completed, result.jobs_failed) == (1, 1, 1)
+    assert result.makespan_s == 200
+
+
+def test_a_job_no_gpu_could_hold_is_refused_as_the_service_refuses_it() -> None:
+    result = simulate([job(1, 0, 100, 1024, claim_mib=20480)], Request())
+    assert (result.jobs_rejected, result.jobs_completed, result.makespan_s) == (1, 0, 0)
+
+
+def test_cycles_run_on_the_interval() -> None:
+    settings = SimSettings(cycle_s=30, ramp_s=60, scheduler=SchedulerConfig(headroom_mib=0))
+    jobs = [job(1, 5, 100, 1024)]
+    result = Simulation(ONE_GPU, jobs, Oracle(), sharing(), {GPU: 1.0}, settings).run()
+    # arrives at 5, placed by the cycle at 30, done at 130
+    assert result.jct_s == [125] and result.mean_queue_s == 25
+    assert math.isclose(result.makespan_s, 125)
