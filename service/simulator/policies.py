@@ -33,6 +33,7 @@ from sklearn.model_selection import GroupKFold
 from estimator.analytical.model import breakdown, resolve
 from estimator.estimate import Estimator
 from estimator.gpus import find_gpu_model
+from estimator.history import fingerprint
 from estimator.learned.measurements import Measurement
 from estimator.learned.train import prepare, train
 from estimator.spec import TrainingSpec
@@ -142,16 +143,17 @@ class Colloc:
         self._fallback = Estimator(artifact=None)
         # bounds already worked out, by configuration and GPU model, until a peak of that
         # configuration is observed there (then the estimator answers from history)
-        self._known: dict[tuple[str, int, int, str], int] = {}
+        self._known: dict[tuple[str, str], int] = {}
 
     def _estimator(self, job: SimJob) -> Estimator:
         return self._estimators.get(self._key(job), self._fallback)
 
     def demand(self, job: SimJob, models: Mapping[str, int]) -> Demand:
         estimator = self._estimator(job)
+        spec = fingerprint(job.spec)
         upper = {}
         for model in models:
-            key = (job.model, job.spec.batch_size, job.gpus, model)
+            key = (spec, model)
             if key not in self._known:
                 self._known[key] = estimator.estimate(job.spec, model).upper_mib
             upper[model] = self._known[key]
@@ -159,7 +161,7 @@ class Colloc:
 
     def observe(self, job: SimJob, model: str, peak_mib: int) -> None:
         self._estimator(job).observe(job.spec, model, peak_mib)
-        self._known.pop((job.model, job.spec.batch_size, job.gpus, model), None)
+        self._known.pop((fingerprint(job.spec), model), None)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ import math
 import pytest
 
 from estimator.spec import TrainingSpec
+from service.config import Settings
 from service.scheduler.framework import SchedulerConfig
 from service.simulator.cluster import SimGpuSpec, SimNode
 from service.simulator.engine import SimResult, SimSettings, Simulation
@@ -114,3 +115,10 @@ def test_cycles_run_on_the_interval() -> None:
     # arrives at 5, placed by the cycle at 30, done at 130
     assert result.jct_s == [125] and result.mean_queue_s == 25
     assert math.isclose(result.makespan_s, 125)
+
+
+def test_the_simulation_runs_the_services_default_settings() -> None:
+    settings = Settings()
+    assert SimSettings().scheduler == settings.scheduler()
+    assert SimSettings().rules == settings.reservation_rules()
+    assert SimSettings().max_attempts == settings.default_max_attempts

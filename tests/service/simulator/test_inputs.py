@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import filecmp
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from estimator.estimate import Estimator
 from estimator.learned import measurements
 from service.simulator import cluster, traces, workload
-from service.simulator.policies import Exclusive, Oracle, Request, horus_bytes, horus_mib
+from service.simulator.policies import (
+    Colloc,
+    Exclusive,
+    Oracle,
+    Request,
+    horus_bytes,
+    horus_mib,
+)
 from service.simulator.scenario import SCENARIOS, SOURCES
 
 SHARED = Path(__file__).resolve().parents[4] / "shared" / "data"
@@ -110,3 +119,16 @@ def test_standard_scenario_is_documented() -> None:
     standard = SCENARIOS["standard"]
     assert "colloc simulate --scenario standard" in results
     assert f"{standard.workload.jobs:,} jobs" in results and f"{standard.gpus} GPUs" in results
+
+
+def test_colloc_answers_as_its_estimator_and_learns_from_observed_peaks() -> None:
+    estimator = Estimator(artifact=None)
+    colloc = Colloc({"m": estimator}, lambda job: job.model)
+    first = replace(_jobs(1)[0], model="m")
+    other = replace(first, spec=first.spec.model_copy(update={"image_size": 299}))
+    models = {"Tesla T4": 15360}
+    for job in (first, other, first):  # the same model and batch, two specs
+        expected = estimator.estimate(job.spec, "Tesla T4").upper_mib
+        assert colloc.demand(job, models).upper_mib == {"Tesla T4": expected}
+    colloc.observe(first, "Tesla T4", 5000)
+    assert colloc.demand(first, models).upper_mib == {"Tesla T4": 5500}  # history + 10%
