@@ -1,21 +1,27 @@
-"""`colloc simulate`: the trace-driven cluster simulation, every policy on one workload."""
+"""`colloc simulate`: the trace-driven cluster simulation, every policy on one workload.
+
+The simulator (scikit-learn, the estimator's training) is imported when the command
+runs, so that other `colloc` commands, `colloc simjob` in every job among them, start
+without it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.cluster import ClusterFileError, load_cluster
 from service.cli.errors import CliError
-from service.simulator import traces
-from service.simulator.cluster import SimGpuSpec, SimNode
-from service.simulator.policies import POLICIES
-from service.simulator.report import PlotsUnavailableError, plots, table
-from service.simulator.scenario import SCENARIOS, adjusted, run
+
+if TYPE_CHECKING:
+    from service.simulator.cluster import SimNode
 
 
 def _nodes(path: Path) -> list[SimNode]:
+    from service.simulator.cluster import SimGpuSpec, SimNode
+
     try:
         nodes = load_cluster(path)
     except ClusterFileError as exc:
@@ -26,7 +32,11 @@ def _nodes(path: Path) -> list[SimNode]:
     ]
 
 
-def _policies(text: str) -> list[str]:
+def _policies(text: str | None) -> list[str]:
+    from service.simulator.policies import POLICIES
+
+    if text is None:
+        return list(POLICIES)
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in POLICIES]
     if unknown or not names:
@@ -35,12 +45,18 @@ def _policies(text: str) -> list[str]:
 
 
 def run_simulate(args: argparse.Namespace) -> int:
+    from service.simulator import traces
+    from service.simulator.report import PlotsUnavailableError, plots, table
+    from service.simulator.scenario import SCENARIOS, adjusted, run
+
     if args.extract:
         if not (args.extract / "alibaba_v2023").is_dir():
             raise CliError(f"{args.extract}: not the shared data folder (no alibaba_v2023/)")
         for path in traces.extract(args.extract):
             print(path)
         return 0
+    if args.scenario not in SCENARIOS:
+        raise CliError(f"unknown scenario {args.scenario!r}; known: {', '.join(SCENARIOS)}")
     scenario = adjusted(
         SCENARIOS[args.scenario],
         gpus=args.gpus,
@@ -90,14 +106,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description="Replay a public trace on a simulated heterogeneous cluster, once per "
         "policy, and compare OOMs, makespan, JCT, queueing and utilisation.",
     )
-    sim.add_argument("--scenario", choices=sorted(SCENARIOS), default="standard")
+    sim.add_argument("--scenario", default="standard", help="standard (default) or large")
     sim.add_argument("--cluster", type=Path, help="a cluster YAML file instead of Alibaba's")
     sim.add_argument("--gpus", type=_positive_int, help="Alibaba-shaped cluster of ~N GPUs")
     sim.add_argument("--trace", choices=("alibaba", "muri"))
     sim.add_argument("--jobs", type=_positive_int)
     sim.add_argument("--load", type=_positive_float, help="offered over available GPU time")
     sim.add_argument("--seed", type=int)
-    sim.add_argument("--policies", default=",".join(POLICIES), help="comma-separated")
+    sim.add_argument("--policies", help="comma-separated (default: every policy)")
     sim.add_argument("--json", action="store_true", help="one JSON object (the contract)")
     sim.add_argument("--plots", type=Path, metavar="DIR", help="write PNG plots here")
     sim.add_argument(

@@ -71,6 +71,7 @@ def test_table_plots_and_a_cluster_file(capsys: pytest.CaptureFixture[str], tmp_
         (["--policies", "fifo"], "unknown policy 'fifo'"),
         (["--cluster", "/nonexistent.yaml"], "/nonexistent.yaml"),
         (["--extract", "/tmp"], "not the shared data folder"),
+        (["--scenario", "huge"], "unknown scenario 'huge'"),
     ],
 )
 def test_bad_input_is_one_clear_line(
