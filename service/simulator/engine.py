@@ -127,7 +127,8 @@ class SimResult:
     placements: int
     cycles: int
     jct_s: list[float]
-    timeline: list[tuple[float, float, float, int, int]]  # t, memory, busy, running, pending
+    # (t, memory in use, SM-busy share, jobs waiting), every sample_s
+    timeline: list[tuple[float, float, float, int]]
 
     def summary(self) -> dict[str, float | int]:
         """The contract's figures per policy (DESIGN.md), and a few more."""
@@ -144,6 +145,7 @@ class SimResult:
             "jobs_failed": self.jobs_failed,
             "jobs_rejected": self.jobs_rejected,
             "placements": self.placements,
+            "cycles": self.cycles,
         }
 
 
@@ -202,7 +204,7 @@ class Simulation:
         self.used_area = 0.0
         self.busy_area = 0.0
         self.last_s = 0.0
-        self.timeline: list[tuple[float, float, float, int, int]] = []
+        self.timeline: list[tuple[float, float, float, int]] = []
         self.next_sample_s = 0.0
 
     # events
@@ -247,7 +249,6 @@ class Simulation:
                     self.next_sample_s,
                     self.used_mib / self.memory_total_mib,
                     self.busy / len(self.gpus),
-                    len(self.running),
                     len(self.pending),
                 )
             )

@@ -67,8 +67,8 @@ class PlotsUnavailableError(RuntimeError):
 
 
 def plots(report: Report, directory: Path) -> list[Path]:
-    """GPU memory in use and SM-busy share over time, JCT distributions, and makespan
-    with OOMs per policy, as PNG files in `directory`."""
+    """GPU memory in use, SM-busy share and jobs waiting over time, JCT distributions,
+    and makespan with OOMs per policy, as PNG files in `directory`."""
     try:
         import matplotlib
 
@@ -80,14 +80,16 @@ def plots(report: Report, directory: Path) -> list[Path]:
     title = f"{report.scenario.name}: {report.trace['jobs']} jobs, {report.trace['gpus']} GPUs"
     written = []
 
-    fig, (memory, busy) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, (memory, busy, queue) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
     for name, result in report.results.items():
-        hours = [t / 3600 for t, *_ in result.timeline]
-        memory.plot(hours, [m for _t, m, *_ in result.timeline], label=name, linewidth=1)
-        busy.plot(hours, [b for _t, _m, b, *_ in result.timeline], label=name, linewidth=1)
+        hours, used, busy_share, waiting = zip(*result.timeline, strict=True)
+        memory.plot([t / 3600 for t in hours], used, label=name, linewidth=1)
+        busy.plot([t / 3600 for t in hours], busy_share, label=name, linewidth=1)
+        queue.plot([t / 3600 for t in hours], waiting, label=name, linewidth=1)
     memory.set_ylabel("GPU memory in use")
     busy.set_ylabel("SM-busy share")
-    busy.set_xlabel("hours")
+    queue.set_ylabel("jobs waiting")
+    queue.set_xlabel("hours")
     memory.set_title(title)
     memory.legend(fontsize=8)
     written.append(_save(fig, directory / "utilization.png"))
