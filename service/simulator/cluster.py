@@ -3,7 +3,7 @@
 Speed is relative to a V100 (the GPU the traces' run times are taken as). Gavel
 measured P100 and K80 against V100 (`data/speeds.csv`: medians over its 26 job types,
 0.81 and 0.25); for other models, which Gavel did not measure, speed is taken as the
-ratio of memory bandwidth to the V100's 900 GB/s (spec sheets), a rule that gives
+ratio of memory bandwidth (`estimator/gpus.py`) to the V100's 900 GB/s, a rule that gives
 Gavel's two measured ratios within 0.03 (P100 732/900 = 0.81, K80 240/900 = 0.27).
 """
 
@@ -28,28 +28,6 @@ TRACE_GPU_MODELS = {
 
 GAVEL_WORKERS = {"Tesla K80": "k80", "Tesla P100-PCIE-16GB": "p100"}
 
-# Memory bandwidth, GB/s, from the vendors' spec sheets.
-BANDWIDTH_GBPS = {
-    "Tesla K80": 240,
-    "Tesla P100-PCIE-16GB": 732,
-    "Tesla V100-SXM2-16GB": 900,
-    "Tesla V100-SXM2-32GB": 900,
-    "Tesla T4": 320,
-    "NVIDIA GeForce RTX 3090": 936,
-    "NVIDIA GeForce RTX 4090": 1008,
-    "NVIDIA A10": 600,
-    "NVIDIA A10G": 600,
-    "NVIDIA L4": 300,
-    "NVIDIA L40S": 864,
-    "NVIDIA RTX A6000": 768,
-    "NVIDIA A100-SXM4-40GB": 1555,
-    "NVIDIA A100-PCIE-40GB": 1555,
-    "NVIDIA A100-SXM4-80GB": 2039,
-    "NVIDIA A100 80GB PCIe": 1935,
-    "NVIDIA H100 80GB HBM3": 3350,
-    "NVIDIA H100 PCIe": 2000,
-    "NVIDIA H200": 4800,
-}
 V100_BANDWIDTH_GBPS = 900
 
 
@@ -58,7 +36,9 @@ def gpu_speed(model: str, gavel: dict[str, float]) -> float:
     worker = GAVEL_WORKERS.get(model)
     if worker in gavel:
         return gavel[worker]
-    return BANDWIDTH_GBPS.get(model, V100_BANDWIDTH_GBPS) / V100_BANDWIDTH_GBPS
+    known = find_gpu_model(model)
+    bandwidth = (known.memory_bandwidth_gbps if known else 0) or V100_BANDWIDTH_GBPS
+    return bandwidth / V100_BANDWIDTH_GBPS
 
 
 @dataclass(frozen=True)

@@ -430,7 +430,8 @@ class Simulation:
             self.views[gpu.id] = self._view(gpu)
         self._push(self.now + self.settings.rules.stable_s, STEADY, job_id, number)
 
-    def _follow(self, attempt: _Attempt, gpu: _Gpu, used_mib: int, steady_s: float) -> None:
+    def _follow(self, attempt: _Attempt, gpu: _Gpu, used_mib: int, steady_s: float) -> bool:
+        """Apply the service's rule to the attempt's reservation; whether it moved."""
         target = followed_reservation(
             self.settings.rules,
             used_mib=used_mib,
@@ -441,18 +442,21 @@ class Simulation:
             gpu.reserved_mib += target - attempt.reserved_mib[gpu.id]
             attempt.reserved_mib[gpu.id] = target
             attempt.view = None
+        return target is not None
 
     def _steady(self, job_id: int, number: int) -> None:
         attempt = self.running.get(job_id)
         if attempt is None or self.states[job_id].tries != number:
             return
+        shrunk = False
         for gpu_id in attempt.gpu_ids:
             gpu = self.gpus[gpu_id]
-            self._follow(
-                attempt, gpu, attempt.job.true_peak_mib[gpu.model], self.settings.rules.stable_s
-            )
-            self.views[gpu_id] = self._view(gpu)
-        self._want_cycle()
+            used = attempt.job.true_peak_mib[gpu.model]
+            if self._follow(attempt, gpu, used, self.settings.rules.stable_s):
+                self.views[gpu_id] = self._view(gpu)
+                shrunk = True
+        if shrunk:  # room opened up
+            self._want_cycle()
 
     def _oom(self, attempt: _Attempt, gpu: _Gpu) -> None:
         """The attempt dies; as the service does, retry it with a floor above what it

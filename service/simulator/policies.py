@@ -30,7 +30,7 @@ from typing import Protocol
 
 from sklearn.model_selection import GroupKFold
 
-from estimator.analytical.model import breakdown, resolve
+from estimator.analytical.model import MIB, breakdown, resolve
 from estimator.estimate import Estimator
 from estimator.gpus import find_gpu_model
 from estimator.history import fingerprint
@@ -38,8 +38,6 @@ from estimator.learned.measurements import Measurement
 from estimator.learned.train import prepare, train
 from estimator.spec import TrainingSpec
 from service.simulator.workload import SimJob
-
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)

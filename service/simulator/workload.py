@@ -9,7 +9,8 @@ context differs (the floors the data shows, `estimator/analytical/context.py`) a
 rest is the same tensors. What users claim is what PyTorch reports of tensors, which
 misses the context and the allocator's cache: the claim is the measured peak times a
 ratio drawn from FakeTensor's tensor-only figure over the measured peak on the same
-timm runs (median 0.63), rounded up to a whole GiB, as people write claims.
+timm runs (clipped to 0.3-1.2; median 0.57), rounded up to a whole GiB, as people
+write claims.
 """
 
 from __future__ import annotations
