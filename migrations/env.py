@@ -8,7 +8,8 @@ import service.estimates.models
 import service.events.models
 import service.jobs.models
 import service.logs.models
-import service.nodes.models  # noqa: F401  (register every table on the metadata)
+import service.nodes.models
+import service.usage.models  # noqa: F401  (register every table on the metadata)
 from service.db import Base, make_engine
 
 target_metadata = Base.metadata

@@ -17,9 +17,13 @@ from service.errors import install_error_handlers
 from service.estimates.router import router as estimates_router
 from service.estimates.service import EstimatorState
 from service.jobs.router import router as jobs_router
+from service.metrics.collector import ClusterCollector
+from service.metrics.instruments import Instruments, RequestTimer
+from service.metrics.router import router as metrics_router
 from service.nodes.router import router as nodes_router
 from service.scheduler.cycle import SchedulerLoop
 from service.scheduler.placement import Scheduler
+from service.usage.sampler import UsageSampler
 
 VERSION = "0.1.0"
 
@@ -31,22 +35,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     sessions = make_sessionmaker(engine)
     estimator_state = EstimatorState()
     scheduler = Scheduler(settings.scheduler())
+    instruments = Instruments()
+    instruments.registry.register(ClusterCollector(sessions, settings))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         upgrade(settings.database_url)
-        loop = (
-            SchedulerLoop(sessions, settings, scheduler, estimator_state)
-            if settings.scheduler_enabled
-            else None
-        )
-        if loop is not None:
-            loop.start()
+        workers: list[SchedulerLoop | UsageSampler] = [UsageSampler(sessions, settings)]
+        if settings.scheduler_enabled:
+            workers.append(
+                SchedulerLoop(
+                    sessions,
+                    settings,
+                    scheduler,
+                    estimator_state,
+                    on_cycle=instruments.cycle_seconds.observe,
+                )
+            )
+        for worker in workers:
+            worker.start()
         try:
             yield
         finally:
-            if loop is not None:
-                loop.stop()
+            for worker in workers:
+                worker.stop()
             engine.dispose()
 
     app = FastAPI(title="Colloc", version=VERSION, lifespan=lifespan)
@@ -54,9 +66,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessions = sessions
     app.state.estimator_state = estimator_state
     app.state.scheduler = scheduler
+    app.state.instruments = instruments
+    app.add_middleware(RequestTimer, instruments=instruments)
     install_error_handlers(app)
     for router in (jobs_router, nodes_router, admin_router, estimates_router):
         app.include_router(router, prefix="/v1")
+    app.include_router(metrics_router)
     app.include_router(dashboard_router)
 
     @app.get("/healthz", tags=["health"])

@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     log_keep_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     # closed loop: refit the estimator's calibration this often when new peaks came in
     estimator_refit_interval_s: float = Field(default=0, ge=0)
+    # utilisation history (admin queries, dashboard): a sample this often, kept this long
+    usage_sample_interval_s: float = Field(default=60.0, gt=0, le=3600)
+    usage_keep_days: float = Field(default=30.0, gt=0, le=3650)
 
     @classmethod
     def settings_customise_sources(

@@ -87,6 +87,21 @@ def client(settings: Settings) -> Iterator[TestClient]:
         yield test_client
 
 
+@pytest.fixture
+def make_client(settings: Settings) -> Iterator[Any]:
+    """Apps on the test database with some settings changed (e.g. the scheduler on)."""
+    clients: list[TestClient] = []
+
+    def make(**overrides: Any) -> TestClient:
+        client = TestClient(create_app(settings.model_copy(update=overrides)))
+        clients.append(client.__enter__())
+        return client
+
+    yield make
+    for client in clients:
+        client.__exit__(None, None, None)
+
+
 def register_node(
     client: TestClient, name: str, gpus: list[tuple[str, int]], prefix: str | None = None
 ) -> int:

@@ -10,6 +10,8 @@ from pydantic import BaseModel
 
 class GpuAllocationRead(BaseModel):
     job_id: int
+    job_name: str
+    owner: str
     attempt: int
     reserved_mib: int
     used_mib: int | None
@@ -60,3 +62,29 @@ class EventRead(BaseModel):
 
 class EventList(BaseModel):
     events: list[EventRead]
+    total: int  # events matching the filters, whatever page was read
+
+
+class UsagePoint(BaseModel):
+    """Mean memory over one step; per user only reservations and observed use are set."""
+
+    at: datetime
+    gpus: float
+    capacity_mib: float
+    reserved_mib: float
+    used_mib: float
+    foreign_mib: float
+
+
+class UsageSeries(BaseModel):
+    key: str  # the GPU model or the user
+    points: list[UsagePoint]
+
+
+class UtilizationRead(BaseModel):
+    group_by: str
+    since: datetime
+    until: datetime
+    step_s: float
+    sample_interval_s: float
+    series: list[UsageSeries]

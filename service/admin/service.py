@@ -6,20 +6,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from service.admin.schemas import ClusterRead, GpuAllocationRead, GpuRead, NodeRead
-from service.jobs.models import Allocation
+from service.jobs.models import Allocation, Attempt
 from service.nodes.models import Node
 from service.scheduler.cycle import gpu_views
 
 
-def cluster(*, session: Session, headroom_mib: int) -> ClusterRead:
-    """Every node and GPU with its reservations, observed and foreign memory; free
-    memory is counted as the scheduler counts it."""
+def cluster(*, session: Session, headroom_mib: int, gpu_model: str | None = None) -> ClusterRead:
+    """Every node and GPU (of `gpu_model` only, when named; nodes without one are left
+    out) with its reservations, observed and foreign memory; free memory is counted as
+    the scheduler counts it."""
     views = gpu_views(session)
     nodes = session.scalars(select(Node).options(selectinload(Node.gpus)).order_by(Node.name))
     active = session.scalars(
         select(Allocation)
         .where(Allocation.active.is_(True))
-        .options(selectinload(Allocation.attempt))
+        .options(selectinload(Allocation.attempt).selectinload(Attempt.job))
     ).all()
     by_gpu: dict[int, list[Allocation]] = {}
     for allocation in active:
@@ -28,6 +29,8 @@ def cluster(*, session: Session, headroom_mib: int) -> ClusterRead:
     for node in nodes:
         gpus = []
         for gpu in node.gpus:
+            if gpu_model is not None and gpu.model != gpu_model:
+                continue
             allocations = by_gpu.get(gpu.id, [])
             view = views[gpu.id]
             gpus.append(
@@ -50,6 +53,8 @@ def cluster(*, session: Session, headroom_mib: int) -> ClusterRead:
                     allocations=[
                         GpuAllocationRead(
                             job_id=a.attempt.job_id,
+                            job_name=a.attempt.job.name,
+                            owner=a.attempt.job.owner,
                             attempt=a.attempt.number,
                             reserved_mib=a.reserved_mib,
                             used_mib=a.used_mib,
@@ -58,6 +63,8 @@ def cluster(*, session: Session, headroom_mib: int) -> ClusterRead:
                     ],
                 )
             )
+        if gpu_model is not None and not gpus:
+            continue
         result.append(
             NodeRead(
                 id=node.id,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import select
 
@@ -14,7 +14,10 @@ from estimator.gpus import GPU_MODELS, canonical_gpu_name
 from estimator.spec import TrainingSpec
 from service.deps import EstimatorDep, SessionDep
 from service.errors import ApiError
-from service.estimates.service import PACKAGED, EstimatorState, versions
+from service.estimates import accuracy
+from service.estimates.accuracy import RATIO_BUCKETS, AccuracyFilters
+from service.estimates.service import PACKAGED, EstimatorState, active_version, versions
+from service.filters import GpuModel, Owner, TimeRangeDep, resolve_gpu_model
 from service.jobs.service import estimate_for
 from service.nodes.models import Gpu
 
@@ -62,10 +65,37 @@ class EstimatorVersionRead(BaseModel):
     validation: dict[str, Any]
 
 
+class RatioBucket(BaseModel):
+    le: float  # observed / estimated peak at most this
+    count: int  # cumulative
+
+
+class ModelAccuracyRead(BaseModel):
+    gpu_model: str
+    observations: int
+    underestimates: int  # observed peak above the reserved bound (upper_mib)
+    underestimate_share: float
+    mean_ratio: float  # observed / estimated peak
+    ratio_buckets: list[RatioBucket]
+
+
+class AccuracyPointRead(BaseModel):
+    job_id: int
+    attempt: int
+    gpu_model: str
+    observed_mib: int
+    peak_mib: int
+    upper_mib: int
+    model_version: str
+    at: datetime
+
+
 class EstimatorRead(BaseModel):
     active: str
     versions: list[EstimatorVersionRead]
     observed_peaks: int
+    accuracy: list[ModelAccuracyRead]  # per GPU model, over the filtered peaks
+    points: list[AccuracyPointRead]  # the newest filtered pairs, newest first
 
 
 class Activate(BaseModel):
@@ -74,7 +104,12 @@ class Activate(BaseModel):
     version: Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
-def _estimator_read(session: SessionDep, state: EstimatorState) -> EstimatorRead:
+def _estimator_read(
+    session: SessionDep,
+    state: EstimatorState,
+    filters: AccuracyFilters | None = None,
+    points: int = 0,
+) -> EstimatorRead:
     estimator = state.sync(session)
     rows = versions(session)
     packaged = default_estimator()
@@ -82,7 +117,7 @@ def _estimator_read(session: SessionDep, state: EstimatorState) -> EstimatorRead
         EstimatorVersionRead(
             version=PACKAGED,
             created_at=None,
-            active=not any(r.active for r in rows),
+            active=active_version(rows) == PACKAGED,
             observations=0,
             validation=packaged.artifact.manifest["validation"] if packaged.artifact else {},
         ),
@@ -97,14 +132,47 @@ def _estimator_read(session: SessionDep, state: EstimatorState) -> EstimatorRead
             for r in rows
         ),
     ]
-    active = next(v.version for v in listed if v.active)
-    return EstimatorRead(active=active, versions=listed, observed_peaks=len(estimator.observations))
+    return EstimatorRead(
+        active=active_version(rows),
+        versions=listed,
+        observed_peaks=len(estimator.observations),
+        accuracy=[
+            ModelAccuracyRead(
+                gpu_model=m.gpu_model,
+                observations=m.observations,
+                underestimates=m.underestimates,
+                underestimate_share=m.underestimates / m.observations,
+                mean_ratio=m.ratio_sum / m.observations,
+                ratio_buckets=[
+                    RatioBucket(le=bound, count=n)
+                    for bound, n in zip(RATIO_BUCKETS, m.ratio_buckets, strict=True)
+                ],
+            )
+            for m in accuracy.by_model(session, filters or AccuracyFilters())
+        ],
+        points=[
+            AccuracyPointRead(**vars(p))
+            for p in accuracy.recent_points(session, filters or AccuracyFilters(), points)
+        ]
+        if points
+        else [],
+    )
 
 
 @router.get("/admin/estimator", response_model=EstimatorRead, tags=["admin"])
-def get_estimator(session: SessionDep, request: Request) -> EstimatorRead:
-    """Calibration versions (the packaged one first) and which is active."""
-    return _estimator_read(session, request.app.state.estimator_state)
+def get_estimator(
+    session: SessionDep,
+    request: Request,
+    observed: TimeRangeDep,
+    gpu_model: GpuModel = None,
+    owner: Owner = None,
+    points: Annotated[int, Query(ge=0, le=5000)] = 500,
+) -> EstimatorRead:
+    """Calibration versions (the packaged one first) and which is active; estimate
+    against observed peak per GPU model (of one model or user, observed in a time
+    range), with the newest `points` pairs for a scatter."""
+    filters = AccuracyFilters(resolve_gpu_model(session, gpu_model), owner, observed)
+    return _estimator_read(session, request.app.state.estimator_state, filters, points)
 
 
 @router.post("/admin/estimator/refit", response_model=EstimatorRead, tags=["admin"])

@@ -138,3 +138,8 @@ def _artifact(row: EstimatorVersion) -> artifact.Artifact:
 
 def versions(session: Session) -> list[EstimatorVersion]:
     return list(session.scalars(select(EstimatorVersion).order_by(EstimatorVersion.id)))
+
+
+def active_version(rows: list[EstimatorVersion]) -> str:
+    """The name admins know the active calibration by ("packaged" when none is)."""
+    return next((row.version for row in rows if row.active), PACKAGED)

@@ -16,7 +16,8 @@ from service.deps import (
     SettingsDep,
 )
 from service.errors import ApiError
-from service.events.service import list_events
+from service.events.service import EventFilters, list_events
+from service.filters import JobFiltersDep
 from service.jobs import service
 from service.jobs.schemas import (
     ExplanationRead,
@@ -61,12 +62,12 @@ def submit_job(
 @router.get("", response_model=JobList)
 def list_jobs(
     session: SessionDep,
-    state: Annotated[str | None, Query(max_length=16)] = None,
+    filters: JobFiltersDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Offset = 0,
 ) -> JobList:
     """Jobs, newest first."""
-    jobs, total = service.list_jobs(session=session, state=state, limit=limit, offset=offset)
+    jobs, total = service.list_jobs(session=session, filters=filters, limit=limit, offset=offset)
     return service.to_list(jobs, total)
 
 
@@ -92,8 +93,13 @@ def explain(
     was placed, where and why."""
     job = service.get(session=session, job_id=job_id)
     if job.state != "pending":
-        placed = list_events(session=session, job_id=job_id, kind="job.placed", limit=1000)
-        summary = placed[-1].message if placed else "never placed"
+        placed = list_events(
+            session=session,
+            filters=EventFilters(job_id=job_id, kind="job.placed"),
+            limit=1,
+            newest_first=True,
+        )
+        summary = placed[0].message if placed else "never placed"
         return ExplanationRead(job_id=job_id, state=job.state, summary=summary, gpus=[])
     explanation = explain_job(session, scheduler, job_id, estimator)
     session.commit()  # estimates made for GPU models new to this job are kept

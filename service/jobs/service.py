@@ -20,6 +20,7 @@ from service.config import Settings
 from service.db import utcnow
 from service.errors import ApiError, not_found
 from service.events.service import record
+from service.filters import JobFilters
 from service.jobs.models import (
     ACTIVE_ATTEMPT_STATES,
     FINAL_JOB_STATES,
@@ -209,19 +210,28 @@ def get(*, session: Session, job_id: int) -> Job:
 
 
 def list_jobs(
-    *,
-    session: Session,
-    state: str | None = None,
-    owner: str | None = None,
-    limit: int = 100,
-    offset: int = 0,
+    *, session: Session, filters: JobFilters, limit: int = 100, offset: int = 0
 ) -> tuple[list[Job], int]:
     """Jobs, newest first, with the total matching count."""
     query = select(Job)
-    if state is not None:
-        query = query.where(Job.state == state)
-    if owner is not None:
-        query = query.where(Job.owner == owner)
+    if filters.state is not None:
+        query = query.where(Job.state == filters.state)
+    if filters.owner is not None:
+        query = query.where(Job.owner == filters.owner)
+    if filters.queue is not None:
+        query = query.where(Job.queue == filters.queue)
+    if filters.gpu_model is not None:
+        ran_there = (
+            select(Attempt.job_id)
+            .join(Allocation, Allocation.attempt_id == Attempt.id)
+            .join(Gpu, Gpu.id == Allocation.gpu_id)
+            .where(Gpu.model == filters.gpu_model)
+        )
+        query = query.where(Job.id.in_(ran_there))
+    if filters.created.since is not None:
+        query = query.where(Job.created_at >= filters.created.since)
+    if filters.created.until is not None:
+        query = query.where(Job.created_at < filters.created.until)
     total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
     page = query.order_by(Job.id.desc()).limit(limit).offset(offset)
     jobs = session.scalars(page.options(*_READ_OPTIONS)).all()

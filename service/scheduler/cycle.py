@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, selectinload, sessionmaker
@@ -200,8 +201,10 @@ class SchedulerLoop:
         settings: Settings,
         scheduler: Scheduler,
         estimators: EstimatorState,
+        on_cycle: Callable[[float], None] | None = None,
     ) -> None:
         self._sessions = sessions
+        self._on_cycle = on_cycle  # told each successful cycle's duration in seconds
         self._interval_s = settings.schedule_interval_s
         self._refit_interval_s = settings.estimator_refit_interval_s
         self._scheduler = scheduler
@@ -220,9 +223,12 @@ class SchedulerLoop:
 
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
+            started = time.perf_counter()
             try:
                 with transaction(self._sessions) as session:
                     run_cycle(session, self._scheduler, self._estimators.sync(session))
+                if self._on_cycle is not None:
+                    self._on_cycle(time.perf_counter() - started)
             except Exception:  # the database may be restarting: try again next tick
                 log.exception("scheduling cycle failed")
             self._maybe_refit()

@@ -4,32 +4,14 @@ back-off, explain, and the estimator's closed loop."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import Settings
 from tests.conftest import register_node, submit
 from tests.service.test_lifecycle import beat, cycle, exited, job_of, running
 
 RESNET = {"model": {"catalog": "resnet50"}, "batch_size": 32}
-
-
-@pytest.fixture
-def make_client(settings: Settings) -> Iterator[Any]:
-    clients: list[TestClient] = []
-
-    def make(**overrides: Any) -> TestClient:
-        client = TestClient(create_app(settings.model_copy(update=overrides)))
-        clients.append(client.__enter__())
-        return client
-
-    yield make
-    for client in clients:
-        client.__exit__(None, None, None)
 
 
 def test_training_jobs_are_placed_by_their_estimate(client: TestClient) -> None:

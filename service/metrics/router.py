@@ -1,0 +1,20 @@
+"""`GET /metrics`: the Prometheus text exposition."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client.exposition import choose_encoder
+
+from service.metrics.instruments import Instruments
+
+router = APIRouter(tags=["metrics"])
+
+
+@router.get("/metrics", response_class=Response)
+def metrics(request: Request) -> Response:
+    """Cluster memory per GPU, queue by state, placements, OOMs, retries, estimator
+    error, scheduling-cycle and API latency."""
+    instruments: Instruments = request.app.state.instruments
+    # Prometheus text format 0.0.4, or OpenMetrics when the scraper asks for it
+    encode, content_type = choose_encoder(request.headers.get("accept", ""))
+    return Response(encode(instruments.registry), headers={"Content-Type": content_type})

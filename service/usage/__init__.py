@@ -1,0 +1,1 @@
+"""Memory use over time: periodic samples per GPU model and per user."""
