@@ -11,6 +11,7 @@ from sqlalchemy import text
 from service.admin.router import router as admin_router
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
+from service.dashboard.router import static_files
 from service.db import make_engine, make_sessionmaker, upgrade
 from service.deps import SessionDep
 from service.errors import install_error_handlers
@@ -73,6 +74,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(router, prefix="/v1")
     app.include_router(metrics_router)
     app.include_router(dashboard_router)
+    app.mount("/static", static_files, name="static")
 
     @app.get("/healthz", tags=["health"])
     def healthz(session: SessionDep) -> dict[str, str]:

@@ -1,17 +1,20 @@
-"""`GET /`: the dashboard page (static HTML that polls the admin API)."""
+"""`GET /`: the dashboard, a static page (vendored HTML, CSS and JavaScript, no build
+step and no CDN) that polls the admin API."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from fastapi import APIRouter
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+STATIC_DIR = Path(__file__).with_name("static")
 
 router = APIRouter(tags=["dashboard"])
+static_files = StaticFiles(directory=STATIC_DIR)
 
-_PAGE = Path(__file__).with_name("index.html")
 
-
-@router.get("/", response_class=HTMLResponse, include_in_schema=False)
-def dashboard() -> HTMLResponse:
-    return HTMLResponse(_PAGE.read_text(encoding="utf-8"))
+@router.get("/", include_in_schema=False)
+def dashboard() -> FileResponse:
+    return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -83,6 +83,7 @@ class JobRead(BaseModel):
     finished_at: datetime | None
     attempts: list[AttemptRead]
     estimates: list[Estimate]
+    spec: dict[str, Any]  # the job as submitted (GPU model names made canonical)
 
 
 class JobList(BaseModel):

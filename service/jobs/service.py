@@ -590,6 +590,7 @@ def to_read(job: Job) -> JobRead:
             )
             for e in sorted(job.estimates, key=lambda e: e.gpu_model)
         ],
+        spec=job.spec,
     )
 
 

@@ -93,15 +93,23 @@ def series(
         query = query.where(UsageSample.owner.is_(None))
     else:
         query = query.where(UsageSample.owner.is_not(None))
-    # sum what one instant holds for a series, then average the instants of a bucket
-    instants: dict[tuple[str, datetime], dict[str, float]] = defaultdict(
-        lambda: dict.fromkeys(MEMORY_FIELDS, 0.0)
-    )
+    # sum what one instant holds for a series, then average the instants of a bucket;
+    # a series has zeros at the instants sampled without it (a user with nothing placed)
+    instants: dict[tuple[str, datetime], dict[str, float]] = {}
     for sample in session.scalars(query):
         key = sample.gpu_model if group_by == "gpu_model" else sample.owner or ""
-        summed = instants[(key, sample.at)]
+        summed = instants.setdefault((key, sample.at), dict.fromkeys(MEMORY_FIELDS, 0.0))
         for name in MEMORY_FIELDS:
             summed[name] += getattr(sample, name)
+    sampled = (
+        select(UsageSample.at)
+        .distinct()
+        .where(UsageSample.owner.is_(None), UsageSample.at >= since, UsageSample.at < until)
+    )
+    keys = {key for key, _at in instants}
+    for at in session.scalars(sampled):
+        for key in keys:
+            instants.setdefault((key, at), dict.fromkeys(MEMORY_FIELDS, 0.0))
     buckets: dict[tuple[str, datetime], list[dict[str, float]]] = defaultdict(list)
     for (key, at), values in instants.items():
         offset = (at - since).total_seconds() // step_s * step_s

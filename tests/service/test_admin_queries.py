@@ -134,6 +134,16 @@ def test_utilization_per_gpu_model_and_per_user(client: TestClient) -> None:
     users = {s["key"]: s["points"] for s in per_user["series"]}
     assert set(users) == {"anonymous", "ana"} and len(users["ana"]) == 4  # one per sample
     assert users["ana"][0]["reserved_mib"] == 6000 and users["ana"][0]["used_mib"] == 5000
+    # once her job has ended she reserves nothing: her series drops to zero
+    beat(client, node, [exited(theirs, peak=5000)])
+    with transaction(client.app.state.sessions) as session:  # type: ignore[attr-defined]
+        take_sample(session, start + timedelta(minutes=4))
+    longer = {**window, "until": (start + timedelta(minutes=5)).isoformat(), "group_by": "owner"}
+    users = {
+        s["key"]: s["points"]
+        for s in client.get("/v1/admin/utilization", params=longer).json()["series"]
+    }
+    assert [p["reserved_mib"] for p in users["ana"]] == [6000, 6000, 6000, 6000, 0]
     ana_on_a100 = client.get(
         "/v1/admin/utilization",
         params={**window, "group_by": "owner", "gpu_model": "A100-40GB"},

@@ -1,0 +1,164 @@
+"""The dashboard in headless Chromium on a running Colloc (server and simulated agents
+as processes): the cluster shows, a job submitted through the API appears, runs and
+finishes on the page, and every view renders. Screenshots go to tests/artifacts/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.e2e.harness import LocalColloc, running, simjob
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+REQUIRE_BROWSER_ENV = "COLLOC_REQUIRE_BROWSER"  # set by `make test`, which installs Chromium
+RESNET = {"model": {"catalog": "resnet50"}, "batch_size": 32}
+
+
+def _chromium() -> tuple[str, str] | None:
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    found = _chromium()
+    if found is None:
+        if os.environ.get(REQUIRE_BROWSER_ENV):
+            pytest.fail("chromium and chromedriver are not installed (make test installs them)")
+        pytest.skip("chromium and chromedriver are not installed (make test installs them)")
+    binary, driver_path = found
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage"):
+        options.add_argument(argument)
+    options.add_argument("--window-size=1400,1000")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    # an explicit driver path: Selenium never tries to download one
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def colloc(tmp_path: Path, database_url: str) -> Iterator[LocalColloc]:
+    with running(tmp_path, database_url, {"COLLOC_USAGE_SAMPLE_INTERVAL_S": "1"}) as local:
+        yield local
+
+
+class Page:
+    """The dashboard in the browser, with waits that say what they waited for."""
+
+    def __init__(self, driver: webdriver.Chrome, colloc: LocalColloc, backend: str) -> None:
+        self.driver = driver
+        self.colloc = colloc
+        self.backend = backend
+        ARTIFACTS.mkdir(exist_ok=True)
+
+    def open(self, route: str) -> None:
+        self.driver.get(f"{self.colloc.url}/#/{route}")
+
+    def wait(self, what: str, done: Callable[[WebDriver], Any], timeout_s: float = 45) -> Any:
+        try:
+            return WebDriverWait(self.driver, timeout_s, poll_frequency=0.2).until(done)
+        except Exception as exc:
+            self.shot(f"failed-{what.replace(' ', '-')}")
+            status = self.driver.find_element(By.ID, "status").text
+            raise AssertionError(
+                f"the page never showed {what} (status: {status!r})\n{self.colloc.log('server')}"
+            ) from exc
+
+    def texts(self, selector: str) -> list[str]:
+        return [e.text for e in self.driver.find_elements(By.CSS_SELECTOR, selector)]
+
+    def shot(self, name: str) -> None:
+        self.driver.save_screenshot(str(ARTIFACTS / f"dashboard-{self.backend}-{name}.png"))
+
+    def errors(self) -> list[str]:
+        return [
+            entry["message"]
+            for entry in self.driver.get_log("browser")  # type: ignore[no-untyped-call]
+            if entry["level"] == "SEVERE" and "favicon" not in entry["message"]
+        ]
+
+
+def job_state(page: Page, job_id: int) -> str | None:
+    cells = page.texts(f'#job-table tr[data-job-id="{job_id}"] td.state')
+    return cells[0] if cells else None
+
+
+def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
+    browser: webdriver.Chrome, colloc: LocalColloc, database_url: str
+) -> None:
+    page = Page(browser, colloc, database_url.split(":")[0].split("+")[0])
+    gpus = 3  # the harness's cluster: an A100 on node-a, two T4s on node-b
+
+    page.open("cluster")
+    page.wait(f"{gpus} GPUs", lambda d: len(page.texts(".gpu[data-uuid]")) == gpus)
+    page.wait("both nodes ready", lambda d: page.texts("#nodes .badge.ready") == ["ready"] * 2)
+    page.shot("cluster-idle")
+
+    # a training job: the estimator's numbers reserve it; the simulated run uses 90% of
+    # the estimated peak on whichever GPU model it gets
+    estimates = colloc.http.post("/v1/estimate", json={"training": RESNET}).json()["estimates"]
+    peaks = ",".join(f"{e['gpu_model']}={int(e['peak_mib'] * 0.9)}" for e in estimates)
+    spec = {"name": "resnet-dash", "training": RESNET, "command": simjob(peaks, 8, ramp=1)}
+    response = colloc.http.post("/v1/jobs", json=spec)
+    assert response.status_code == 201, response.text
+    job_id = int(response.json()["id"])
+
+    segment = f'.seg.job[data-job-id="{job_id}"]'
+    page.wait("the job's reservation on a GPU", lambda d: d.find_elements(By.CSS_SELECTOR, segment))
+    page.wait(
+        "observed use on its GPU",
+        lambda d: (
+            "used 0 MiB" not in page.texts(".gpu")[0]
+            or any("used 0 MiB" not in t for t in page.texts(".gpu"))
+        ),
+    )
+    page.shot("cluster-running")
+
+    page.open("jobs")
+    page.wait("the job listed as running", lambda d: job_state(page, job_id) == "running")
+    page.shot("jobs-running")
+    page.wait("the job finished", lambda d: job_state(page, job_id) == "succeeded", timeout_s=60)
+    page.shot("jobs-succeeded")
+
+    browser.find_element(By.CSS_SELECTOR, f'#job-table tr[data-job-id="{job_id}"]').click()
+    page.wait("the job's page", lambda d: page.texts("#job-state") == ["succeeded"])
+    page.wait("its events", lambda d: "job.succeeded" in " ".join(page.texts("#job-events td")))
+    page.wait("its output", lambda d: page.texts("#job-log") and page.texts("#job-log")[0] != "")
+    rows = page.texts("#job-estimates tbody tr")
+    assert len(rows) == len(estimates)
+    observed = colloc.job(job_id)["attempts"][0]
+    assert observed["peak_mib"] and str(observed["peak_mib"]) in " ".join(rows)
+    assert '"resnet50"' in page.texts("#job-spec")[0]  # the spec as submitted
+    page.shot("job-detail")
+
+    page.open("estimator")
+    page.wait("estimate-vs-observed accuracy", lambda d: len(page.texts("#accuracy tbody tr")) == 1)
+    page.wait("a scatter point", lambda d: d.find_elements(By.CSS_SELECTOR, ".chart circle"))
+    page.shot("estimator")
+
+    page.open("events")
+    page.wait("the event feed", lambda d: "job.succeeded" in " ".join(page.texts("#events td")))
+    page.shot("events")
+
+    page.open("cluster")
+    page.wait(
+        "usage charts with samples", lambda d: d.find_elements(By.CSS_SELECTOR, "#usage path")
+    )
+    page.shot("cluster-usage")
+    assert page.errors() == []
