@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from fastapi.testclient import TestClient
 
 from tests.conftest import register_node, submit
@@ -105,7 +107,17 @@ def test_listing_filters_and_pages(client: TestClient) -> None:
 
 def test_health_dashboard_and_openapi(client: TestClient) -> None:
     assert client.get("/healthz").json()["status"] == "ok"
-    assert "Colloc" in client.get("/").text
+    page = client.get("/")
+    assert "Colloc" in page.text and page.headers["content-type"].startswith("text/html")
+    assets = re.findall(r'(?:src|href)="(/static/[^"]+)"', page.text)
+    assert sorted(assets) == ["/static/app.js", "/static/charts.js", "/static/style.css"]
+    for asset in assets:
+        response = client.get(asset)
+        assert response.status_code == 200, asset
+        # vendored, never fetched from elsewhere: no absolute URL but the SVG namespace
+        urls = set(re.findall(r"\w+://[^\s\"'`)]+", response.text))
+        assert urls <= {"http://www.w3.org/2000/svg"}, (asset, urls)
+    assert client.get("/static/../service/app.py").status_code == 404
     paths = client.get("/openapi.json").json()["paths"]
     for path in (
         "/v1/jobs",
@@ -116,6 +128,9 @@ def test_health_dashboard_and_openapi(client: TestClient) -> None:
         "/v1/admin/cluster",
         "/v1/admin/jobs",
         "/v1/admin/events",
+        "/v1/admin/utilization",
+        "/v1/admin/estimator",
+        "/metrics",
     ):
         assert path in paths
 
