@@ -4,6 +4,7 @@ cluster and the numbers are the admin API's numbers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import get_args
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -20,10 +21,11 @@ from service.config import Settings
 from service.estimates import accuracy
 from service.estimates.accuracy import RATIO_BUCKETS, AccuracyFilters
 from service.estimates.service import active_version, versions
-from service.jobs.models import ACTIVE_ATTEMPT_STATES, FINAL_JOB_STATES, Attempt, Job
+from service.filters import JobState
+from service.jobs.models import ACTIVE_ATTEMPT_STATES, Attempt, Job
 
 MIB = 1024 * 1024
-JOB_STATES = ("pending", *ACTIVE_ATTEMPT_STATES, *FINAL_JOB_STATES)
+JOB_STATES: tuple[str, ...] = get_args(JobState)
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
 
 

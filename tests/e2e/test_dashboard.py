@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -75,13 +76,32 @@ class Page:
             return WebDriverWait(self.driver, timeout_s, poll_frequency=0.2).until(done)
         except Exception as exc:
             self.shot(f"failed-{what.replace(' ', '-')}")
-            status = self.driver.find_element(By.ID, "status").text
+            status = self.texts("#status")
             raise AssertionError(
                 f"the page never showed {what} (status: {status!r})\n{self.colloc.log('server')}"
             ) from exc
 
     def texts(self, selector: str) -> list[str]:
-        return [e.text for e in self.driver.find_elements(By.CSS_SELECTOR, selector)]
+        """The visible text of each match, read in one step: the page re-renders every
+        2 s, so element handles kept across calls go stale."""
+        found: list[str] = self.driver.execute_script(
+            "return [...document.querySelectorAll(arguments[0])].map((e) => e.innerText)",
+            selector,
+        )
+        return found
+
+    def count(self, selector: str) -> int:
+        return len(self.texts(selector))
+
+    def click(self, selector: str) -> None:
+        def clicked(driver: WebDriver) -> bool:
+            try:
+                driver.find_element(By.CSS_SELECTOR, selector).click()
+            except (NoSuchElementException, StaleElementReferenceException):
+                return False
+            return True
+
+        self.wait(f"{selector} to click", clicked)
 
     def shot(self, name: str) -> None:
         self.driver.save_screenshot(str(ARTIFACTS / f"dashboard-{self.backend}-{name}.png"))
@@ -106,7 +126,7 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
     gpus = 3  # the harness's cluster: an A100 on node-a, two T4s on node-b
 
     page.open("cluster")
-    page.wait(f"{gpus} GPUs", lambda d: len(page.texts(".gpu[data-uuid]")) == gpus)
+    page.wait(f"{gpus} GPUs", lambda d: page.count(".gpu[data-uuid]") == gpus)
     page.wait("both nodes ready", lambda d: page.texts("#nodes .badge.ready") == ["ready"] * 2)
     page.shot("cluster-idle")
 
@@ -120,13 +140,10 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
     job_id = int(response.json()["id"])
 
     segment = f'.seg.job[data-job-id="{job_id}"]'
-    page.wait("the job's reservation on a GPU", lambda d: d.find_elements(By.CSS_SELECTOR, segment))
+    page.wait("the job's reservation on a GPU", lambda d: page.count(segment) == 1)
     page.wait(
         "observed use on its GPU",
-        lambda d: (
-            "used 0 MiB" not in page.texts(".gpu")[0]
-            or any("used 0 MiB" not in t for t in page.texts(".gpu"))
-        ),
+        lambda d: any("used 0 MiB" not in text for text in page.texts(".gpu")),
     )
     page.shot("cluster-running")
 
@@ -136,7 +153,7 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
     page.wait("the job finished", lambda d: job_state(page, job_id) == "succeeded", timeout_s=60)
     page.shot("jobs-succeeded")
 
-    browser.find_element(By.CSS_SELECTOR, f'#job-table tr[data-job-id="{job_id}"]').click()
+    page.click(f'#job-table tr[data-job-id="{job_id}"]')
     page.wait("the job's page", lambda d: page.texts("#job-state") == ["succeeded"])
     page.wait("its events", lambda d: "job.succeeded" in " ".join(page.texts("#job-events td")))
     page.wait("its output", lambda d: page.texts("#job-log") and page.texts("#job-log")[0] != "")
@@ -149,7 +166,7 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
 
     page.open("estimator")
     page.wait("estimate-vs-observed accuracy", lambda d: len(page.texts("#accuracy tbody tr")) == 1)
-    page.wait("a scatter point", lambda d: d.find_elements(By.CSS_SELECTOR, ".chart circle"))
+    page.wait("a scatter point", lambda d: page.count(".chart circle") == 1)
     page.shot("estimator")
 
     page.open("events")
@@ -157,8 +174,6 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
     page.shot("events")
 
     page.open("cluster")
-    page.wait(
-        "usage charts with samples", lambda d: d.find_elements(By.CSS_SELECTOR, "#usage path")
-    )
+    page.wait("usage charts with samples", lambda d: page.count("#usage path") > 0)
     page.shot("cluster-usage")
     assert page.errors() == []
