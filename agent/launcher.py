@@ -24,6 +24,9 @@ from agent.job import JobProcess, RunStore, now
 from agent.outcome import classify, stderr_tail
 from agent.shim import write_json
 
+# the agent's own credentials: a job (anyone's code) must not be able to act as its node
+AGENT_SECRETS = frozenset({"COLLOC_TOKEN"})
+
 
 def launch(
     *,
@@ -57,6 +60,7 @@ def launch(
                 stderr=err,
                 start_new_session=True,
                 pass_fds=(lock,),
+                env={k: v for k, v in os.environ.items() if k not in AGENT_SECRETS},
             )
         job.pid = job.popen.pid
     except OSError as exc:

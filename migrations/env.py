@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+import service.auth.models
 import service.estimates.models
 import service.events.models
 import service.jobs.models

@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="COLLOC_", extra="forbid")
 
     database_url: str = "sqlite:///./colloc.db"
+    # development only: every caller is an admin; `colloc server` then binds to loopback only
+    auth_disabled: bool = False
     schedule_interval_s: float = Field(default=1.0, gt=0, le=300)
     heartbeat_interval_s: float = Field(default=2.0, gt=0, le=300)
     scheduler_enabled: bool = True

@@ -17,12 +17,20 @@ log = logging.getLogger(__name__)
 class ApiError(Exception):
     """An error a client caused or can act on, with its HTTP status."""
 
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: Any = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
         self.message = message
         self.details = details
+        self.headers = headers
 
 
 def not_found(what: str, key: object) -> ApiError:
@@ -45,7 +53,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(
-            error_body(exc.code, exc.message, jsonable_encoder(exc.details)), exc.status
+            error_body(exc.code, exc.message, jsonable_encoder(exc.details)),
+            exc.status,
+            headers=exc.headers,
         )
 
     @app.exception_handler(RequestValidationError)

@@ -20,8 +20,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from service.app import create_app
+from service.auth import tokens
 from service.config import Settings, normalise_database_url
-from service.db import Base, make_engine, upgrade
+from service.db import Base, make_engine, make_sessionmaker, transaction, upgrade
 
 PG_URL_ENV = "COLLOC_TEST_PG_URL"
 
@@ -80,20 +81,42 @@ def settings(database_url: str) -> Settings:
     return Settings(database_url=database_url, scheduler_enabled=False, oom_backoff_s=0)
 
 
+def make_token(database_url: str, role: str, name: str) -> str:
+    """A new API token on the test database."""
+    engine = make_engine(database_url)
+    try:
+        with transaction(make_sessionmaker(engine)) as session:
+            _token, raw = tokens.create(session, role=role, name=name)
+    finally:
+        engine.dispose()
+    return raw
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
 @pytest.fixture
-def client(settings: Settings) -> Iterator[TestClient]:
-    """The app on the test database, with the background scheduler off."""
-    with TestClient(create_app(settings)) as test_client:
+def admin_token(database_url: str) -> str:
+    return make_token(database_url, "admin", "admin")
+
+
+@pytest.fixture
+def client(settings: Settings, admin_token: str) -> Iterator[TestClient]:
+    """The app on the test database, with the background scheduler off, called with an
+    admin token (admins may call everything)."""
+    with TestClient(create_app(settings), headers=bearer(admin_token)) as test_client:
         yield test_client
 
 
 @pytest.fixture
-def make_client(settings: Settings) -> Iterator[Any]:
+def make_client(settings: Settings, admin_token: str) -> Iterator[Any]:
     """Apps on the test database with some settings changed (e.g. the scheduler on)."""
     clients: list[TestClient] = []
 
     def make(**overrides: Any) -> TestClient:
-        client = TestClient(create_app(settings.model_copy(update=overrides)))
+        app = create_app(settings.model_copy(update=overrides))
+        client = TestClient(app, headers=bearer(admin_token))
         clients.append(client.__enter__())
         return client
 

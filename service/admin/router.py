@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
 from service.admin import service
 from service.admin.schemas import (
@@ -16,6 +16,7 @@ from service.admin.schemas import (
     UsageSeries,
     UtilizationRead,
 )
+from service.auth.deps import allow
 from service.db import utcnow
 from service.deps import IdFilter, Offset, SessionDep, SettingsDep
 from service.events.service import EventFilters, count_events, list_events
@@ -24,7 +25,7 @@ from service.jobs import service as jobs
 from service.jobs.schemas import JobList
 from service.usage.service import series
 
-router = APIRouter(prefix="/admin", tags=["admin"])
+router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(allow("admin"))])
 
 # a utilisation query returns at most this many points per series
 MAX_POINTS = 1000

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from agent import cli as agent_cli
 from estimator import cli as estimator_cli
-from service.cli import client, server, simulate, up
+from service.cli import client, server, simulate, tokens, up
 from service.cli.errors import CliError
 
 
@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="colloc", description="GPU memory-aware job collocation scheduler"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (server, up, client, simulate, agent_cli, estimator_cli):
+    for module in (server, up, client, tokens, simulate, agent_cli, estimator_cli):
         module.add_commands(commands)
     return parser
 

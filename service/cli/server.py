@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import logging
 from typing import Any
 
 import uvicorn
@@ -13,8 +15,20 @@ from service.cli.errors import CliError
 from service.config import Settings
 from service.db import upgrade
 
+log = logging.getLogger(__name__)
 
-def _settings(db: str | None) -> Settings:
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # another host name: it may resolve anywhere
+        return False
+
+
+def settings_for(db: str | None) -> Settings:
+    """Settings from the environment (and config file), with `--db` over them."""
     try:
         return Settings(database_url=db) if db else Settings()
     except ValidationError as exc:
@@ -22,14 +36,22 @@ def _settings(db: str | None) -> Settings:
 
 
 def run_server(args: argparse.Namespace) -> int:
-    settings = _settings(args.db)
+    settings = settings_for(args.db)
+    if settings.auth_disabled:
+        if not is_loopback(args.host):
+            raise CliError(
+                "COLLOC_AUTH_DISABLED is a development setting: it only binds to a loopback "
+                f"address (127.0.0.1, ::1, localhost), not {args.host}",
+                2,
+            )
+        log.warning("authentication is OFF (COLLOC_AUTH_DISABLED): every caller is an admin")
     upgrade(settings.database_url)
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
     return 0
 
 
 def run_db_upgrade(args: argparse.Namespace) -> int:
-    settings = _settings(args.db)
+    settings = settings_for(args.db)
     upgrade(settings.database_url)
     print("database is at the newest schema")
     return 0

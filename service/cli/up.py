@@ -13,9 +13,13 @@ from types import FrameType
 from typing import Any
 
 import httpx
+from sqlalchemy.orm import Session, sessionmaker
 
 from agent.cluster import PACKAGED_CLUSTER, ClusterFileError, load_cluster
+from service.auth import tokens
 from service.cli.errors import CliError
+from service.cli.server import settings_for
+from service.db import make_engine, make_sessionmaker, transaction, upgrade
 
 EXAMPLE_JOB = Path(__file__).resolve().parents[2] / "examples" / "job.yaml"
 
@@ -41,6 +45,19 @@ def _wait_healthy(url: str, server: subprocess.Popen[bytes], timeout_s: float = 
     raise CliError(f"the server did not answer at {url} within {timeout_s:.0f} s")
 
 
+def _token_file(sessions: sessionmaker[Session], path: Path, role: str, name: str) -> Path:
+    """`path`, holding a valid token of `role` for `name`: the one already there, or a
+    new one (readable by this user only)."""
+    with transaction(sessions) as session:
+        if path.exists() and tokens.is_valid(session, path.read_text(encoding="utf-8").strip()):
+            return path
+        _token, raw = tokens.create(session, role=role, name=name)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(raw + "\n", encoding="utf-8")
+    return path
+
+
 def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
     for process in reversed(processes):
         if process.poll() is None:
@@ -60,6 +77,16 @@ def run_up(args: argparse.Namespace) -> int:
     data_dir: Path = args.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     url = f"http://{args.host}:{args.port}"
+    database_url = f"sqlite:///{data_dir / 'colloc.db'}"
+    auth = not settings_for(database_url).auth_disabled
+    token_files: dict[str, Path] = {}
+    if auth:
+        upgrade(database_url)
+        sessions = make_sessionmaker(make_engine(database_url))
+        token_files["admin"] = _token_file(sessions, data_dir / "admin.token", "admin", "admin")
+        for node in nodes:
+            path = data_dir / f"agent-{node.name}.token"
+            token_files[node.name] = _token_file(sessions, path, "agent", node.name)
     processes: list[subprocess.Popen[bytes]] = []
 
     def _interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -74,7 +101,7 @@ def run_up(args: argparse.Namespace) -> int:
             "--port",
             str(args.port),
             "--db",
-            f"sqlite:///{data_dir / 'colloc.db'}",
+            database_url,
         )
         processes.append(server)
         _wait_healthy(url, server)
@@ -95,15 +122,23 @@ def run_up(args: argparse.Namespace) -> int:
                     "--logs-dir",
                     str(data_dir / "logs" / node.name),
                     "--stop-jobs-on-exit",  # one machine: nothing outlives `colloc up`
+                    *(["--token-file", str(token_files[node.name])] if auth else []),
                 )
             )
         gpus = sum(len(node.gpus) for node in nodes)
+        client_env = f"COLLOC_SERVER={url}"
+        if auth:
+            client_env = f"export {client_env} COLLOC_TOKEN=$(cat {token_files['admin']}); "
+            login = f" (log in with the admin token in {token_files['admin']})"
+        else:
+            client_env += " "
+            login = " (authentication is OFF: development setting)"
         print(
             f"\nColloc is up: {len(nodes)} simulated node(s), {gpus} GPU(s), data in {data_dir}\n"
             f"  API:       {url}/v1  (OpenAPI at {url}/docs)\n"
-            f"  dashboard: {url}/\n"
-            f"  submit:    COLLOC_SERVER={url} .venv/bin/colloc submit {EXAMPLE_JOB}\n"
-            f"  watch:     COLLOC_SERVER={url} .venv/bin/colloc jobs\n"
+            f"  dashboard: {url}/{login}\n"
+            f"  submit:    {client_env}.venv/bin/colloc submit {EXAMPLE_JOB}\n"
+            f"  watch:     .venv/bin/colloc jobs\n"
             "Press Ctrl-C to stop.\n",
             flush=True,
         )

@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import select
 
 from estimator.estimate import Estimate, default_estimator
 from estimator.gpus import GPU_MODELS, canonical_gpu_name
 from estimator.spec import TrainingSpec
+from service.auth.deps import UserDep, allow
 from service.deps import EstimatorDep, SessionDep
 from service.errors import ApiError
 from service.estimates import accuracy
@@ -38,7 +39,9 @@ class EstimateList(BaseModel):
 
 
 @router.post("/estimate", response_model=EstimateList)
-def estimate(body: EstimateRequest, session: SessionDep, estimator: EstimatorDep) -> EstimateList:
+def estimate(
+    body: EstimateRequest, session: SessionDep, estimator: EstimatorDep, _caller: UserDep
+) -> EstimateList:
     """Estimates for the given GPU models (default: those in the cluster, else all known)."""
     cluster = sorted(set(session.scalars(select(Gpu.model))))
     if body.gpu_models is None:
@@ -159,7 +162,12 @@ def _estimator_read(
     )
 
 
-@router.get("/admin/estimator", response_model=EstimatorRead, tags=["admin"])
+@router.get(
+    "/admin/estimator",
+    response_model=EstimatorRead,
+    tags=["admin"],
+    dependencies=[Depends(allow("admin"))],
+)
 def get_estimator(
     session: SessionDep,
     request: Request,
@@ -175,7 +183,12 @@ def get_estimator(
     return _estimator_read(session, request.app.state.estimator_state, filters, points)
 
 
-@router.post("/admin/estimator/refit", response_model=EstimatorRead, tags=["admin"])
+@router.post(
+    "/admin/estimator/refit",
+    response_model=EstimatorRead,
+    tags=["admin"],
+    dependencies=[Depends(allow("admin"))],
+)
 def refit_estimator(session: SessionDep, request: Request) -> EstimatorRead:
     """Retrain the calibration with every observed peak and make it active."""
     state: EstimatorState = request.app.state.estimator_state
@@ -184,7 +197,12 @@ def refit_estimator(session: SessionDep, request: Request) -> EstimatorRead:
     return _estimator_read(session, state)
 
 
-@router.post("/admin/estimator/activate", response_model=EstimatorRead, tags=["admin"])
+@router.post(
+    "/admin/estimator/activate",
+    response_model=EstimatorRead,
+    tags=["admin"],
+    dependencies=[Depends(allow("admin"))],
+)
 def activate_estimator(body: Activate, session: SessionDep, request: Request) -> EstimatorRead:
     """Switch to a recorded calibration version, or back to "packaged"."""
     state: EstimatorState = request.app.state.estimator_state

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
+from sqlalchemy.orm import Session
 
+from service.auth.deps import UserDep
+from service.auth.tokens import Principal
 from service.deps import (
     MAX_ID,
     EstimatorDep,
@@ -15,10 +19,11 @@ from service.deps import (
     SessionDep,
     SettingsDep,
 )
-from service.errors import ApiError
+from service.errors import ApiError, not_found
 from service.events.service import EventFilters, list_events
 from service.filters import JobFiltersDep
 from service.jobs import service
+from service.jobs.models import Job
 from service.jobs.schemas import (
     ExplanationRead,
     GpuVerdictRead,
@@ -32,6 +37,16 @@ from service.scheduler.cycle import explain_job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
+
+def _visible_job(session: Session, job_id: int, caller: Principal) -> Job:
+    """The job, if the caller may see it: admins see every job, users their own (to a
+    user, another's job does not exist)."""
+    job = service.get(session=session, job_id=job_id)
+    if caller.role != "admin" and job.owner != caller.name:
+        raise not_found("job", job_id)
+    return job
+
+
 IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", max_length=128)]
 
 
@@ -42,13 +57,14 @@ def submit_job(
     settings: SettingsDep,
     estimator: EstimatorDep,
     response: Response,
+    caller: UserDep,
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
     """Submit a job; replaying the same Idempotency-Key returns the first job (200)."""
     job, created = service.create(
         session=session,
         job_in=job_in,
-        owner=service.ANONYMOUS,
+        owner=caller.name,
         settings=settings,
         estimator=estimator,
         idempotency_key=idempotency_key,
@@ -63,35 +79,42 @@ def submit_job(
 def list_jobs(
     session: SessionDep,
     filters: JobFiltersDep,
+    caller: UserDep,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Offset = 0,
 ) -> JobList:
-    """Jobs, newest first."""
+    """Jobs, newest first: a user's own, or with an admin token everyone's."""
+    if caller.role != "admin":
+        filters = replace(filters, owner=caller.name)
     jobs, total = service.list_jobs(session=session, filters=filters, limit=limit, offset=offset)
     return service.to_list(jobs, total)
 
 
 @router.get("/{job_id}", response_model=JobRead)
-def get_job(job_id: JobId, session: SessionDep) -> JobRead:
+def get_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
     """One job with its attempts."""
-    return service.to_read(service.get(session=session, job_id=job_id))
+    return service.to_read(_visible_job(session, job_id, caller))
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead)
-def cancel_job(job_id: JobId, session: SessionDep) -> JobRead:
+def cancel_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
     """Cancel a pending job, or ask the agent to stop a placed or running one."""
-    job = service.cancel(session=session, job=service.get(session=session, job_id=job_id))
+    job = service.cancel(session=session, job=_visible_job(session, job_id, caller))
     session.commit()
     return service.to_read(job)
 
 
 @router.get("/{job_id}/explain", response_model=ExplanationRead)
 def explain(
-    job_id: JobId, session: SessionDep, scheduler: SchedulerDep, estimator: EstimatorDep
+    job_id: JobId,
+    session: SessionDep,
+    scheduler: SchedulerDep,
+    estimator: EstimatorDep,
+    caller: UserDep,
 ) -> ExplanationRead:
     """Per candidate GPU, why a pending job does or does not fit there; for a job that
     was placed, where and why."""
-    job = service.get(session=session, job_id=job_id)
+    job = _visible_job(session, job_id, caller)
     if job.state != "pending":
         placed = list_events(
             session=session,
@@ -128,6 +151,7 @@ def explain(
 def job_logs(
     job_id: JobId,
     session: SessionDep,
+    caller: UserDep,
     attempt: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
     stream: Literal["stdout", "stderr"] = "stdout",
     offset: Annotated[int | None, Query(ge=0, le=2**62)] = None,
@@ -136,7 +160,7 @@ def job_logs(
     """A page of an attempt's stdout or stderr (the latest attempt unless one is named).
 
     Page on with `offset=next_offset` until it reaches `end_offset`."""
-    job = service.get(session=session, job_id=job_id)
+    job = _visible_job(session, job_id, caller)
     if not job.attempts:
         raise ApiError(404, "no_attempt", f"job {job_id} has not been placed yet: no output")
     number = attempt or job.attempts[-1].number

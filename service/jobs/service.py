@@ -39,8 +39,6 @@ from service.scheduler.reservations import (
     retry_backoff_s,
 )
 
-ANONYMOUS = "anonymous"
-
 
 def _cluster_gpus(session: Session) -> list[tuple[int, str, int]]:
     """(node id, model, memory total) of every GPU ever registered."""

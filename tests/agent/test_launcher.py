@@ -60,15 +60,26 @@ def wait_for_file(path: Path) -> str:
     raise AssertionError(f"{path} never written")
 
 
-def test_job_sees_its_gpus_env_and_workdir(tmp_path: Path) -> None:
+def test_job_sees_its_gpus_env_and_workdir_but_not_the_agent_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLLOC_TOKEN", "colloc_the-node-token")
     code = (
         "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['MINE'], "
-        "os.environ['SIM'], os.environ['COLLOC_JOB_ID'], os.getcwd())"
+        "os.environ['SIM'], os.environ['COLLOC_JOB_ID'], os.getcwd(), "
+        "os.environ.get('COLLOC_TOKEN', 'no-token'))"
     )
     _store, job = start(tmp_path, code, MINE="yes")
     wait(job)
     assert job.outcome == "succeeded" and job.exit_code == 0
-    assert job.stdout_path.read_text().split() == ["GPU-a,GPU-b", "yes", "1", "7", str(tmp_path)]
+    assert job.stdout_path.read_text().split() == [
+        "GPU-a,GPU-b",
+        "yes",
+        "1",
+        "7",
+        str(tmp_path),
+        "no-token",
+    ]
     report = job.report()
     assert report["state"] == "exited" and report["outcome"] == "succeeded"
 

@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import yaml
 
+from tests.conftest import bearer, make_token
+
 FINAL = {"succeeded", "failed", "oom", "cancelled", "lost"}
 
 FAST = {"COLLOC_HEARTBEAT_INTERVAL_S": "0.5", "COLLOC_SCHEDULE_INTERVAL_S": "0.3"}
@@ -47,13 +49,19 @@ class LocalColloc:
         self.cluster_file.write_text(yaml.safe_dump(CLUSTER))
         self.server: subprocess.Popen[bytes] | None = None
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
-        self.http = httpx.Client(base_url=self.url, timeout=10)
+        self.admin_token = make_token(database_url, "admin", "admin")
+        self.agent_tokens = {
+            str(node["name"]): make_token(database_url, "agent", str(node["name"]))
+            for node in CLUSTER["nodes"]
+        }
+        self.http = httpx.Client(base_url=self.url, timeout=10, headers=bearer(self.admin_token))
         scripts = str(Path(sys.executable).parent)
         self.env = {
             **os.environ,
             **FAST,
             **(env or {}),
             "COLLOC_SERVER": self.url,
+            "COLLOC_TOKEN": self.admin_token,
             "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
         }
 
@@ -110,6 +118,8 @@ class LocalColloc:
             "--max-backoff",
             "2",
             "--stop-jobs-on-exit",
+            "--token",
+            self.agent_tokens[name],
             *extra,
         )
 

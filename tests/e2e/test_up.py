@@ -41,10 +41,16 @@ def test_up_serves_the_packaged_cluster_runs_a_job_and_stops(tmp_path: Path) -> 
             assert line, "colloc up ended before it was ready"
             banner += line
         assert f"{url}/v1" in banner and "dashboard" in banner and "colloc submit" in banner
+        token_file = tmp_path / "data" / "admin.token"
+        assert str(token_file) in banner and token_file.stat().st_mode & 0o777 == 0o600
+        http = httpx.Client(
+            base_url=url, headers={"Authorization": f"Bearer {token_file.read_text().strip()}"}
+        )
+        assert httpx.get(f"{url}/v1/admin/cluster").status_code == 401  # auth is on
 
         deadline = time.monotonic() + 30
         while True:
-            nodes = httpx.get(f"{url}/v1/admin/cluster").json()["nodes"]
+            nodes = http.get("/v1/admin/cluster").json()["nodes"]
             if len(nodes) == 3 or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
@@ -52,8 +58,8 @@ def test_up_serves_the_packaged_cluster_runs_a_job_and_stops(tmp_path: Path) -> 
         assert len(nodes) >= 2 and len(models) >= 2
         assert (tmp_path / "data" / "colloc.db").exists()
 
-        job = httpx.post(
-            f"{url}/v1/jobs",
+        job = http.post(
+            "/v1/jobs",
             json={
                 "name": "hello",
                 "memory_mib": 2000,
@@ -61,7 +67,7 @@ def test_up_serves_the_packaged_cluster_runs_a_job_and_stops(tmp_path: Path) -> 
             },
         ).json()
         deadline = time.monotonic() + 60
-        while httpx.get(f"{url}/v1/jobs/{job['id']}").json()["state"] != "succeeded":
+        while http.get(f"/v1/jobs/{job['id']}").json()["state"] != "succeeded":
             assert time.monotonic() < deadline, "the job did not succeed"
             time.sleep(0.2)
     finally:

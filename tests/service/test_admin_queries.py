@@ -132,7 +132,7 @@ def test_utilization_per_gpu_model_and_per_user(client: TestClient) -> None:
     assert series[A100][0]["reserved_mib"] == 0 and series[A100][0]["capacity_mib"] == 40960
     per_user = client.get("/v1/admin/utilization", params={**window, "group_by": "owner"}).json()
     users = {s["key"]: s["points"] for s in per_user["series"]}
-    assert set(users) == {"anonymous", "ana"} and len(users["ana"]) == 4  # one per sample
+    assert set(users) == {"admin", "ana"} and len(users["ana"]) == 4  # one per sample
     assert users["ana"][0]["reserved_mib"] == 6000 and users["ana"][0]["used_mib"] == 5000
     # once her job has ended she reserves nothing: her series drops to zero
     beat(client, node, [exited(theirs, peak=5000)])
@@ -217,5 +217,5 @@ def test_cluster_of_one_gpu_model(client: TestClient) -> None:
         ("n2", [T4]),
     ]
     (allocation,) = [a for n in nodes for g in n["gpus"] for a in g["allocations"]]
-    assert allocation["job_id"] == job["id"] and allocation["owner"] == "anonymous"
+    assert allocation["job_id"] == job["id"] and allocation["owner"] == "admin"
     assert allocation["job_name"] == "job" and allocation["reserved_mib"] == 1000

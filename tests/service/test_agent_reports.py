@@ -7,7 +7,6 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service.config import Settings
 from tests.conftest import register_node, submit
 from tests.service.test_lifecycle import GPU0, cycle
 
@@ -65,24 +64,21 @@ def test_logs_are_kept_once_and_read_back_in_pages(client: TestClient) -> None:
     assert page["text"] == "hello world\nbye\n!" and page["attempt_state"] == "succeeded"
 
 
-def test_only_the_newest_output_is_kept(settings: Settings) -> None:
-    from service.app import create_app
-
-    small = settings.model_copy(update={"log_keep_bytes": 64 * 1024})
-    with TestClient(create_app(small)) as client:
-        node, job = placed_job(client)
-        block = 40 * 1024
-        for i in range(4):
-            data = bytes([65 + i]) * block
-            beat(client, node, [report(job, logs=[chunk("stdout", i * block, data)])])
-        page = client.get(f"/v1/jobs/{job}/logs", params={"offset": 0}).json()
-        assert page["first_offset"] == 3 * block and page["text"] == "D" * block
-        # an agent that skipped ahead leaves a gap; pages stop at it
-        beat(client, node, [report(job, logs=[chunk("stdout", 10 * block, b"Z")])])
-        page = client.get(f"/v1/jobs/{job}/logs", params={"offset": 3 * block}).json()
-        assert page["next_offset"] == 4 * block
-        after = client.get(f"/v1/jobs/{job}/logs", params={"offset": page["next_offset"]})
-        assert after.json()["text"] == "Z" and after.json()["offset"] == 10 * block
+def test_only_the_newest_output_is_kept(make_client: Any) -> None:
+    client = make_client(log_keep_bytes=64 * 1024)
+    node, job = placed_job(client)
+    block = 40 * 1024
+    for i in range(4):
+        data = bytes([65 + i]) * block
+        beat(client, node, [report(job, logs=[chunk("stdout", i * block, data)])])
+    page = client.get(f"/v1/jobs/{job}/logs", params={"offset": 0}).json()
+    assert page["first_offset"] == 3 * block and page["text"] == "D" * block
+    # an agent that skipped ahead leaves a gap; pages stop at it
+    beat(client, node, [report(job, logs=[chunk("stdout", 10 * block, b"Z")])])
+    page = client.get(f"/v1/jobs/{job}/logs", params={"offset": 3 * block}).json()
+    assert page["next_offset"] == 4 * block
+    after = client.get(f"/v1/jobs/{job}/logs", params={"offset": page["next_offset"]})
+    assert after.json()["text"] == "Z" and after.json()["offset"] == 10 * block
 
 
 def test_bad_log_requests_and_chunks_are_4xx(client: TestClient) -> None:

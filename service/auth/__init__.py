@@ -1,0 +1,1 @@
+"""API tokens and roles: who may call what."""

@@ -1,0 +1,82 @@
+"""`colloc token create|list|revoke`: API tokens, managed on the database directly.
+
+Whoever can reach the database is an admin already; this is how the first admin token
+comes to be (`colloc up` makes one for its data directory itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from service.auth import tokens
+from service.cli.errors import CliError
+from service.cli.server import settings_for
+from service.db import make_engine, make_sessionmaker, transaction, upgrade
+from service.errors import ApiError
+
+
+def _sessions(args: argparse.Namespace) -> Any:
+    settings = settings_for(args.db)
+    upgrade(settings.database_url)
+    return make_sessionmaker(make_engine(settings.database_url))
+
+
+def run_create(args: argparse.Namespace) -> int:
+    try:
+        with transaction(_sessions(args)) as session:
+            token, raw = tokens.create(session, role=args.role, name=args.name)
+            summary = f"created {token.role} token {token.id} for {token.name!r}"
+    except ApiError as exc:
+        raise CliError(exc.message, 2) from exc
+    print(f"{summary}; it is shown this once, keep it secret:")
+    print(raw)
+    return 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    with transaction(_sessions(args)) as session:
+        rows = [
+            (
+                str(t.id),
+                t.name,
+                t.role,
+                t.prefix + "...",
+                t.created_at.strftime("%Y-%m-%d %H:%M"),
+                t.revoked_at.strftime("%Y-%m-%d %H:%M") if t.revoked_at else "",
+            )
+            for t in tokens.list_tokens(session)
+        ]
+    header = ("ID", "NAME", "ROLE", "TOKEN", "CREATED", "REVOKED")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    return 0
+
+
+def run_revoke(args: argparse.Namespace) -> int:
+    try:
+        with transaction(_sessions(args)) as session:
+            token = tokens.revoke(session, args.id)
+            print(f"revoked {token.role} token {token.id} for {token.name!r}")
+    except ApiError as exc:
+        raise CliError(exc.message, 2) from exc
+    return 0
+
+
+def add_commands(commands: Any) -> None:
+    token = commands.add_parser("token", help="create, list and revoke API tokens")
+    actions = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="make a token; its last output line is the token")
+    create.add_argument("--role", required=True, choices=tokens.ROLES)
+    create.add_argument("--name", required=True, help="user name, or the node an agent serves")
+    create.set_defaults(run=run_create)
+    listing = actions.add_parser("list", help="every token (hashes are never shown)")
+    listing.set_defaults(run=run_list)
+    revoke = actions.add_parser("revoke", help="revoke a token by id")
+    revoke.add_argument("id", type=int)
+    revoke.set_defaults(run=run_revoke)
+    for parser in (create, listing, revoke):
+        parser.add_argument(
+            "--db", help="database URL (default: COLLOC_DATABASE_URL or ./colloc.db)"
+        )
