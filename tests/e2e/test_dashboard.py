@@ -103,6 +103,12 @@ class Page:
 
         self.wait(f"{selector} to click", clicked)
 
+    def log_in(self, token: str) -> None:
+        field = self.driver.find_element(By.ID, "token")
+        field.clear()
+        field.send_keys(token)
+        field.submit()
+
     def shot(self, name: str) -> None:
         self.driver.save_screenshot(str(ARTIFACTS / f"dashboard-{self.backend}-{name}.png"))
 
@@ -126,7 +132,13 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
     gpus = 3  # the harness's cluster: an A100 on node-a, two T4s on node-b
 
     page.open("cluster")
+    page.wait("the login form", lambda d: page.count("#login") == 1)
+    page.log_in("colloc_not-a-token")
+    page.wait("the refusal", lambda d: "unknown or revoked" in " ".join(page.texts("#login")))
+    page.log_in(colloc.admin_token)
     page.wait(f"{gpus} GPUs", lambda d: page.count(".gpu[data-uuid]") == gpus)
+    refused = page.errors()  # the calls made before logging in, and none other
+    assert refused and all("401 (Unauthorized)" in message for message in refused), refused
     page.wait("both nodes ready", lambda d: page.texts("#nodes .badge.ready") == ["ready"] * 2)
     page.shot("cluster-idle")
 

@@ -25,12 +25,20 @@ function h(tag, attrs, ...children) {
   return el;
 }
 
+// the admin token, kept in this browser's storage after logging in
+const TOKEN_KEY = "colloc.token";
+
+class Unauthenticated extends Error {}
+
 async function api(path, params, options) {
   const url = new URL(path, location.origin);
   for (const [k, v] of Object.entries(params || {})) if (v !== "" && v !== null && v !== undefined) url.searchParams.set(k, v);
-  const response = await fetch(url, options);
+  const headers = { Authorization: `Bearer ${localStorage.getItem(TOKEN_KEY) || ""}` };
+  const response = await fetch(url, { ...options, headers });
   const body = await response.json().catch(() => null);
-  if (!response.ok) throw new Error((body && body.error && body.error.message) || `${response.status} ${response.statusText}`);
+  const message = (body && body.error && body.error.message) || `${response.status} ${response.statusText}`;
+  if (response.status === 401 || response.status === 403) throw new Unauthenticated(message);
+  if (!response.ok) throw new Error(message);
   return body;
 }
 
@@ -350,9 +358,34 @@ async function refreshNow() {
     status.className = "status";
   } catch (error) {
     if (mine !== generation) return;
+    if (error instanceof Unauthenticated) { showLogin(error.message); return; }
     status.textContent = `not updating: ${error.message}`;
     status.className = "status stale";
   }
+}
+
+function showLogin(reason) {
+  generation += 1;
+  update = null;
+  const input = h("input", { type: "password", id: "token", size: 48, placeholder: "colloc_…", autocomplete: "off" });
+  const form = h("form", { id: "login", class: "card", onsubmit: (e) => {
+    e.preventDefault();
+    localStorage.setItem(TOKEN_KEY, input.value.trim());
+    navigate();
+  } },
+  h("h2", {}, "Log in"),
+  h("p", { class: "muted" }, "The dashboard is for admins: paste an admin token (",
+    h("code", {}, "colloc token create --role admin --name NAME"), ", or ", h("code", {}, "colloc-data/admin.token"), " under colloc up)."),
+  localStorage.getItem(TOKEN_KEY) ? h("p", { class: "error" }, reason) : null,
+  input, " ", h("button", { type: "submit" }, "log in"));
+  document.getElementById("view").replaceChildren(form);
+  document.getElementById("status").textContent = "logged out";
+  input.focus();
+}
+
+function logout() {
+  localStorage.removeItem(TOKEN_KEY);
+  showLogin("");
 }
 
 function navigate() {
@@ -366,5 +399,6 @@ function navigate() {
 }
 
 window.addEventListener("hashchange", navigate);
+document.getElementById("logout").addEventListener("click", (e) => { e.preventDefault(); logout(); });
 navigate();
 setInterval(refresh, REFRESH_MS);
