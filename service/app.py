@@ -12,7 +12,7 @@ from service.admin.router import router as admin_router
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
 from service.dashboard.router import static_files
-from service.db import make_engine, make_sessionmaker, upgrade
+from service.db import make_engine, make_sessionmaker, upgrade, utcnow
 from service.deps import SessionDep
 from service.errors import install_error_handlers
 from service.estimates.router import router as estimates_router
@@ -22,6 +22,7 @@ from service.metrics.collector import ClusterCollector
 from service.metrics.instruments import Instruments, RequestTimer
 from service.metrics.router import router as metrics_router
 from service.nodes.router import router as nodes_router
+from service.nodes.service import expire_leases
 from service.scheduler.cycle import SchedulerLoop
 from service.scheduler.placement import Scheduler
 from service.usage.sampler import UsageSampler
@@ -42,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         upgrade(settings.database_url)
+        started = utcnow()
         workers: list[SchedulerLoop | UsageSampler] = [UsageSampler(sessions, settings)]
         if settings.scheduler_enabled:
             workers.append(
@@ -51,6 +53,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     scheduler,
                     estimator_state,
                     on_cycle=instruments.cycle_seconds.observe,
+                    before_cycle=lambda session: expire_leases(
+                        session=session, settings=settings, up_since=started
+                    ),
                 )
             )
         for worker in workers:

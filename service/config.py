@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     auth_disabled: bool = False
     schedule_interval_s: float = Field(default=1.0, gt=0, le=300)
     heartbeat_interval_s: float = Field(default=2.0, gt=0, le=300)
+    # a node whose agent is silent this long is lost: its attempts end `lost` and retry
+    node_lease_s: float = Field(default=30.0, gt=0, le=86400)
     scheduler_enabled: bool = True
     default_max_attempts: int = Field(default=3, ge=1, le=20)
     # OOM recovery: the next attempt reserves this factor times what the failed one
@@ -125,6 +127,15 @@ class Settings(BaseSettings):
         ]
         if unknown:
             raise ValueError("unknown scheduler plugin(s): " + "; ".join(unknown))
+        return self
+
+    @model_validator(mode="after")
+    def _lease_outlasts_heartbeats(self) -> Settings:
+        if self.node_lease_s < 3 * self.heartbeat_interval_s:
+            raise ValueError(
+                "node_lease_s must be at least 3 heartbeat intervals "
+                f"({3 * self.heartbeat_interval_s:g} s): one late heartbeat must not lose a node"
+            )
         return self
 
     def reservation_rules(self) -> ReservationRules:

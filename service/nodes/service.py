@@ -8,6 +8,8 @@ report is one the agent has not started (re-sent) or no longer runs (lost).
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
@@ -85,6 +87,34 @@ def get(*, session: Session, node_id: int) -> Node:
     if node is None:
         raise not_found("node", node_id)
     return node
+
+
+def expire_leases(*, session: Session, settings: Settings, up_since: datetime) -> list[Node]:
+    """Mark lost every ready node whose agent has been silent for `node_lease_s`: its
+    GPUs take nothing new, and its placed and running attempts end `lost` (requeued
+    while their jobs' attempt budgets last). Its next heartbeat makes it ready again,
+    and the agent is told to stop what it still runs of those attempts.
+
+    Silence counts only while this server was up (`up_since`) to hear the agent: after
+    an outage of the server, agents get a whole lease to reconnect."""
+    deadline = utcnow() - timedelta(seconds=settings.node_lease_s)
+    if up_since > deadline:
+        return []
+    lock_placements(session)  # reservations are released here
+    silent = list(
+        session.scalars(
+            select(Node).where(Node.state == "ready", Node.last_heartbeat_at < deadline)
+        )
+    )
+    for node in silent:
+        node.state = "lost"
+        reason = f"node {node.name} silent for more than {settings.node_lease_s:g} s"
+        record(session=session, kind="node.lost", node_id=node.id, message=reason)
+        for attempt in _active_attempts(session, node.id).values():
+            jobs.end_attempt(
+                session=session, attempt=attempt, outcome="lost", settings=settings, reason=reason
+            )
+    return silent
 
 
 def heartbeat(

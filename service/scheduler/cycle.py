@@ -202,9 +202,11 @@ class SchedulerLoop:
         scheduler: Scheduler,
         estimators: EstimatorState,
         on_cycle: Callable[[float], None] | None = None,
+        before_cycle: Callable[[Session], object] | None = None,
     ) -> None:
         self._sessions = sessions
         self._on_cycle = on_cycle  # told each successful cycle's duration in seconds
+        self._before_cycle = before_cycle  # runs first in each cycle's transaction
         self._interval_s = settings.schedule_interval_s
         self._refit_interval_s = settings.estimator_refit_interval_s
         self._scheduler = scheduler
@@ -226,6 +228,8 @@ class SchedulerLoop:
             started = time.perf_counter()
             try:
                 with transaction(self._sessions) as session:
+                    if self._before_cycle is not None:
+                        self._before_cycle(session)
                     run_cycle(session, self._scheduler, self._estimators.sync(session))
                 if self._on_cycle is not None:
                     self._on_cycle(time.perf_counter() - started)
