@@ -9,12 +9,13 @@ from fastapi import FastAPI
 from sqlalchemy import text
 
 from service.admin.router import router as admin_router
+from service.body_limit import BodyLimit
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
 from service.dashboard.router import static_files
 from service.db import make_engine, make_sessionmaker, upgrade, utcnow
 from service.deps import SessionDep
-from service.errors import install_error_handlers
+from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.estimates.router import router as estimates_router
 from service.estimates.service import EstimatorState
 from service.jobs.router import router as jobs_router
@@ -73,11 +74,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.estimator_state = estimator_state
     app.state.scheduler = scheduler
     app.state.instruments = instruments
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestTimer, instruments=instruments)
     install_error_handlers(app)
     for router in (jobs_router, nodes_router, admin_router, estimates_router):
-        app.include_router(router, prefix="/v1")
-    app.include_router(metrics_router)
+        app.include_router(router, prefix="/v1", responses=ERROR_RESPONSES)
+    app.include_router(metrics_router, responses=ERROR_RESPONSES)
     app.include_router(dashboard_router)
     app.mount("/static", static_files, name="static")
 

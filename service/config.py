@@ -51,6 +51,8 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="COLLOC_", extra="forbid")
 
     database_url: str = "sqlite:///./colloc.db"
+    # larger request bodies are refused (413); a heartbeat carries at most 2 MiB of logs
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     # development only: every caller is an admin; `colloc server` then binds to loopback only
     auth_disabled: bool = False
     schedule_interval_s: float = Field(default=1.0, gt=0, le=300)

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,32 @@ class ApiError(Exception):
         self.message = message
         self.details = details
         self.headers = headers
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+    details: Any = None
+
+
+class ErrorResponse(BaseModel):
+    """The body of every 4xx and 5xx response."""
+
+    error: ErrorDetail
+
+
+# documented on every API route, so the OpenAPI description says what errors look like
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorResponse, "description": description}
+    for status, description in (
+        (401, "no API token, or an unknown or revoked one"),
+        (403, "the token's role may not do this"),
+        (404, "no such object (or not yours)"),
+        (409, "conflicts with the object's state"),
+        (413, "request body too large"),
+        (422, "invalid request"),
+    )
+}
 
 
 def not_found(what: str, key: object) -> ApiError:

@@ -218,8 +218,9 @@ def _update_gpu(session: Session, node: Node, gpu: Gpu, state: GpuState) -> None
             + ("is healthy again" if state.healthy else f"is unhealthy{why}"),
             data={"gpu": gpu.uuid, "reason": state.health_reason},
         )
-    gpu.memory_used_mib = state.memory_used_mib
-    gpu.memory_foreign_mib = state.memory_foreign_mib
+    # readings are taken apart in time: kept within what the GPU can hold
+    gpu.memory_used_mib = min(state.memory_used_mib, gpu.memory_total_mib)
+    gpu.memory_foreign_mib = min(state.memory_foreign_mib, gpu.memory_used_mib)
     gpu.utilization_pct = state.utilization_pct
     gpu.memory_utilization_pct = state.memory_utilization_pct
     gpu.temperature_c = state.temperature_c

@@ -1,0 +1,39 @@
+"""Schemathesis against `/openapi.json`: generated requests to every operation, with an
+admin token, find no 5xx and no response outside the documented schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, settings
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error, response_schema_conformance
+
+from tests.conftest import bearer, register_node, submit
+
+
+@pytest.fixture
+def api_schema(client: TestClient) -> Any:
+    # something to find: a node, a job placed on it, and one waiting
+    register_node(client, "n1", [("Tesla T4", 15360)])
+    submit(client, memory_mib=1000)
+    loaded = schemathesis.openapi.from_asgi("/openapi.json", client.app)
+    # valid requests, and requests that break the schema on purpose
+    loaded.config.generation.update(
+        modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE], database="none"
+    )
+    return loaded
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@schema.parametrize()
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+def test_no_server_errors_and_no_schema_violations(case: Any, admin_token: str) -> None:
+    case.call_and_validate(
+        headers=bearer(admin_token), checks=[not_a_server_error, response_schema_conformance]
+    )
