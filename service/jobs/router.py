@@ -6,6 +6,7 @@ from dataclasses import replace
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Header, Query, Response
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.auth.deps import UserDep
@@ -61,15 +62,25 @@ def submit_job(
     idempotency_key: IdempotencyKey = None,
 ) -> JobRead:
     """Submit a job; replaying the same Idempotency-Key returns the first job (200)."""
-    job, created = service.create(
-        session=session,
-        job_in=job_in,
-        owner=caller.name,
-        settings=settings,
-        estimator=estimator,
-        idempotency_key=idempotency_key,
-    )
-    session.commit()
+
+    def create() -> tuple[Job, bool]:
+        return service.create(
+            session=session,
+            job_in=job_in,
+            owner=caller.name,
+            settings=settings,
+            estimator=estimator,
+            idempotency_key=idempotency_key,
+        )
+
+    try:
+        job, created = create()
+        session.commit()
+    except IntegrityError:
+        if idempotency_key is None:
+            raise
+        session.rollback()  # a concurrent retry with this key made the job first: its answer
+        job, created = create()
     if not created:
         response.status_code = 200
     return service.to_read(job)

@@ -44,3 +44,27 @@ def test_a_cycle_waits_for_another_replicas_transaction(
     for thread in threads:
         thread.join()
     assert order == ["first committed", "second committed"]
+
+
+def test_concurrent_retries_with_one_idempotency_key_make_one_job(client: TestClient) -> None:
+    register_node(client, "n1", [("Tesla T4", 15360)])
+    start = threading.Barrier(12)
+    answers: list[tuple[int, int]] = []
+
+    def retry() -> None:
+        start.wait()
+        response = client.post(
+            "/v1/jobs",
+            json={"name": "x", "command": ["true"], "memory_mib": 1000},
+            headers={"Idempotency-Key": "the-one"},
+        )
+        answers.append((response.status_code, response.json()["id"]))
+
+    threads = [threading.Thread(target=retry) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(status for status, _id in answers) == [200] * 11 + [201]
+    assert len({job_id for _status, job_id in answers}) == 1
+    assert client.get("/v1/jobs").json()["total"] == 1
