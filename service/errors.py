@@ -10,6 +10,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import OperationalError
 from starlette.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
@@ -56,6 +57,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (409, "conflicts with the object's state"),
         (413, "request body too large"),
         (422, "invalid request"),
+        (503, "the database is unavailable; retry"),
     )
 }
 
@@ -97,6 +99,13 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
         code = "not_found" if exc.status_code == 404 else f"http_{exc.status_code}"
         return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(OperationalError)
+    async def _database_down(request: Request, exc: OperationalError) -> JSONResponse:
+        # the database restarting or unreachable: nothing was changed, ask to retry
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
+        body = error_body("database_unavailable", "the database is unavailable; retry shortly")
+        return JSONResponse(body, 503, headers={"Retry-After": "1"})
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
