@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from starlette.exceptions import HTTPException
 
 log = logging.getLogger(__name__)
@@ -101,8 +102,10 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=exc.headers)
 
     @app.exception_handler(OperationalError)
-    async def _database_down(request: Request, exc: OperationalError) -> JSONResponse:
-        # the database restarting or unreachable: nothing was changed, ask to retry
+    @app.exception_handler(SQLAlchemyTimeoutError)
+    async def _database_down(request: Request, exc: Exception) -> JSONResponse:
+        # the database restarting or unreachable, or every pooled connection busy for the
+        # pool's timeout: nothing was changed, ask to retry
         log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc)
         body = error_body("database_unavailable", "the database is unavailable; retry shortly")
         return JSONResponse(body, 503, headers={"Retry-After": "1"})

@@ -14,7 +14,7 @@ from service.config import Settings
 def test_compose_file_is_consistent_with_the_cli(repo_root: Path) -> None:
     compose = yaml.safe_load((repo_root / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert {"postgres", "scheduler"} <= set(services)
+    assert {"postgres", "scheduler", "tokens"} <= set(services)
     agents = [name for name in services if name.startswith("agent")]
     assert len(agents) >= 2
     dockerfile = (repo_root / "Dockerfile").read_text()
@@ -29,6 +29,12 @@ def test_compose_file_is_consistent_with_the_cli(repo_root: Path) -> None:
     assert "postgres" in services["scheduler"]["depends_on"]
 
     nodes = {node.name for node in load_cluster(repo_root / "agent/clusters/example.yaml")}
+    make_tokens = services["tokens"]["command"][0]  # "for n in NODE NODE; do ... --name $$n"
+    assert "--role agent --name $$n" in make_tokens and "--role admin" in make_tokens
+    token_nodes = set(make_tokens.split(";")[0].split(" in ")[1].split())
+    assert services["scheduler"]["depends_on"]["tokens"]["condition"] == (
+        "service_completed_successfully"
+    )
     seen = set()
     for name in agents:
         args = parser.parse_args(services[name]["command"])
@@ -36,6 +42,9 @@ def test_compose_file_is_consistent_with_the_cli(repo_root: Path) -> None:
         assert args.server == f"http://scheduler:{scheduler.port}"
         assert str(args.simulate) == "/app/agent/clusters/example.yaml"
         assert args.node in nodes
+        # the agent token the `tokens` step made for this node
+        assert str(args.token_file) == f"/tokens/agent-{args.node}.token"
+        assert args.node in token_nodes
         seen.add(args.node)
         assert "scheduler" in services[name]["depends_on"]
     assert len(seen) == len(agents), "two agents would claim the same node"

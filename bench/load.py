@@ -1,0 +1,348 @@
+"""Load on the service: simulated agents heartbeating every 5 s plus sustained job
+submissions, against PostgreSQL on this machine.
+
+    .venv/bin/python bench/load.py [--pg URL] [--steps 100,250,500,1000] [--step-s 30]
+                                   [--submit-rate 5]
+
+A fresh database is created on the PostgreSQL server at `--pg` (default: the local test
+server) and dropped afterwards; `colloc server` runs on it as a process on a loopback
+port, with authentication on. Each simulated agent is an asyncio task speaking the real
+agent protocol with its own agent token: it registers a node of 4 GPUs, heartbeats every
+5 s with its GPU state and the attempts it holds, runs each assignment for 20 s and
+reports its exit. Each step runs a number of agents (the first step is the baseline)
+plus one submitter at a fixed rate, for a bounded time; nothing but 127.0.0.1 is sent
+anything. The agents, the submitter and the server share this machine's cores.
+
+Printed per step: offered and achieved heartbeat rates, heartbeat and submission
+latency (p50/p99), errors, placements, the server's mean scheduling-cycle time, and each
+p99 as a ratio to the baseline step's. The service is saturated at the first step that
+achieves under 95% of the offered heartbeats or whose heartbeat p99 exceeds the 5 s
+interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy.engine import make_url
+
+from service.auth import tokens
+from service.config import normalise_database_url
+from service.db import make_engine, make_sessionmaker, transaction, upgrade
+
+HEARTBEAT_S = 5.0
+JOB_SECONDS = 20.0
+GPUS = [("NVIDIA A100-SXM4-40GB", 40960), ("Tesla T4", 15360)]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Latencies:
+    seconds: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+
+    def add(self, started: float, status: int | str) -> None:
+        if status in (200, 201):
+            self.seconds.append(time.perf_counter() - started)
+        else:
+            self.errors[str(status)] = self.errors.get(str(status), 0) + 1
+
+    def quantile(self, q: float) -> float:
+        if len(self.seconds) < 2:
+            return float("nan")
+        return statistics.quantiles(self.seconds, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+@dataclass
+class Step:
+    agents: int
+    heartbeats: Latencies = field(default_factory=Latencies)
+    submissions: Latencies = field(default_factory=Latencies)
+    placed: int = 0
+
+
+class Agent:
+    """One node's agent, speaking the agent protocol without running anything."""
+
+    def __init__(self, name: str, token: str) -> None:
+        self.name = name
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.uuids = [f"GPU-{name}-{i}" for i in range(4)]
+        self.node_id: int | None = None
+        self.running: dict[tuple[int, int], tuple[float, list[str], int]] = {}
+        self.exited: dict[tuple[int, int], dict[str, Any]] = {}
+
+    def registration(self) -> dict[str, Any]:
+        gpus = [
+            {"uuid": uuid_, "index": i, "model": GPUS[i % 2][0], "memory_total_mib": GPUS[i % 2][1]}
+            for i, uuid_ in enumerate(self.uuids)
+        ]
+        return {"name": self.name, "agent_version": "load", "gpus": gpus}
+
+    def heartbeat(self, now: float) -> dict[str, Any]:
+        used = dict.fromkeys(self.uuids, 0)
+        attempts = []
+        for (job_id, attempt), (started, gpus, mib) in list(self.running.items()):
+            peaks = {gpu: mib for gpu in gpus}
+            if now - started >= JOB_SECONDS:
+                del self.running[(job_id, attempt)]
+                self.exited[(job_id, attempt)] = {
+                    "job_id": job_id,
+                    "attempt": attempt,
+                    "state": "exited",
+                    "exit_code": 0,
+                    "outcome": "succeeded",
+                    "peak_mib_by_gpu": peaks,
+                }
+                continue
+            for gpu in gpus:
+                used[gpu] += mib
+            attempts.append(
+                {
+                    "job_id": job_id,
+                    "attempt": attempt,
+                    "state": "running",
+                    "peak_mib_by_gpu": peaks,
+                    "current_mib_by_gpu": peaks,
+                }
+            )
+        gpus_state = [{"uuid": gpu, "memory_used_mib": used[gpu]} for gpu in self.uuids]
+        return {"gpus": gpus_state, "attempts": attempts + list(self.exited.values())}
+
+    def apply(self, reply: dict[str, Any], now: float) -> None:
+        for done in reply["acknowledged"]:
+            self.exited.pop((done["job_id"], done["attempt"]), None)
+        for stop in reply["cancellations"]:
+            self.running.pop((stop["job_id"], stop["attempt"]), None)
+        for assignment in reply["assignments"]:
+            key = (assignment["job_id"], assignment["attempt"])
+            mib = int(assignment["reserved_mib"] * 0.8)
+            self.running.setdefault(key, (now, assignment["gpu_uuids"], mib))
+
+
+async def run_agent(
+    http: httpx.AsyncClient, agent: Agent, step: Step, until: float, rng: random.Random
+) -> None:
+    await asyncio.sleep(rng.uniform(0, HEARTBEAT_S))  # agents start out of step
+    while time.monotonic() < until:
+        began = time.monotonic()
+        started = time.perf_counter()
+        try:
+            response = await http.post(
+                f"/v1/nodes/{agent.node_id}/heartbeat",
+                json=agent.heartbeat(began),
+                headers=agent.headers,
+            )
+            step.heartbeats.add(started, response.status_code)
+            if response.status_code == 200:
+                reply = response.json()
+                step.placed += len(reply["assignments"])
+                agent.apply(reply, began)
+        except httpx.HTTPError as exc:
+            step.heartbeats.add(started, type(exc).__name__)
+        await asyncio.sleep(max(0.0, HEARTBEAT_S - (time.monotonic() - began)))
+
+
+async def run_submitter(
+    http: httpx.AsyncClient, headers: dict[str, str], step: Step, rate: float, until: float
+) -> None:
+    rng = random.Random(step.agents)
+    n = 0
+    pending: set[asyncio.Task[None]] = set()
+
+    async def submit(i: int) -> None:
+        body = {
+            "name": f"load-{step.agents}-{i}",
+            "command": ["true"],
+            "memory_mib": rng.choice([1000, 2000, 4000, 8000]),
+        }
+        started = time.perf_counter()
+        try:
+            response = await http.post("/v1/jobs", json=body, headers=headers)
+            step.submissions.add(started, response.status_code)
+        except httpx.HTTPError as exc:
+            step.submissions.add(started, type(exc).__name__)
+
+    began = time.monotonic()
+    while time.monotonic() < until:
+        task = asyncio.create_task(submit(n))  # an open-loop arrival, answered or not
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+        n += 1
+        await asyncio.sleep(max(0.0, began + n / rate - time.monotonic()))
+    await asyncio.gather(*pending)
+
+
+def cycle_totals(url: str, headers: dict[str, str]) -> tuple[float, float]:
+    text = httpx.get(f"{url}/metrics", headers=headers, timeout=30).text
+    values = {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name.startswith("colloc_scheduling_cycle_duration_seconds")
+    }
+    return (
+        values.get("colloc_scheduling_cycle_duration_seconds_sum", 0.0),
+        values.get("colloc_scheduling_cycle_duration_seconds_count", 0.0),
+    )
+
+
+async def run_steps(
+    url: str, admin: dict[str, str], agents: list[Agent], args: argparse.Namespace
+) -> list[tuple[Step, float]]:
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    results = []
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+        registered = Latencies()
+        for agent in agents:
+            started = time.perf_counter()
+            response = await http.post(
+                "/v1/nodes/register", json=agent.registration(), headers=agent.headers
+            )
+            registered.add(started, response.status_code)
+            agent.node_id = response.json()["node_id"]
+        print(
+            f"registered {len(agents)} nodes ({4 * len(agents)} GPUs): "
+            f"p50 {registered.quantile(0.5) * 1000:.0f} ms, errors {registered.errors}\n"
+        )
+        print(
+            "| agents | offered hb/s | achieved hb/s | hb p50 ms | hb p99 ms | hb p99 ratio "
+            "| submits/s | submit p50 ms | submit p99 ms | submit p99 ratio | placements "
+            "| mean cycle ms | errors |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for count in args.steps:
+            step = Step(count)
+            rng = random.Random(count)
+            before = cycle_totals(url, admin)
+            until = time.monotonic() + args.step_s
+            await asyncio.gather(
+                *(run_agent(http, agent, step, until, rng) for agent in agents[:count]),
+                run_submitter(http, admin, step, args.submit_rate, until),
+            )
+            after = cycle_totals(url, admin)
+            cycles = after[1] - before[1]
+            mean_cycle = (after[0] - before[0]) / cycles if cycles else float("nan")
+            results.append((step, mean_cycle))
+            report_step(step, mean_cycle, args, results[0][0])
+    return results
+
+
+def report_step(step: Step, mean_cycle_s: float, args: argparse.Namespace, base: Step) -> None:
+    offered = step.agents / HEARTBEAT_S
+    achieved = len(step.heartbeats.seconds) / args.step_s
+    hb99, sub99 = step.heartbeats.quantile(0.99), step.submissions.quantile(0.99)
+    print(
+        f"| {step.agents} | {offered:.0f} | {achieved:.1f} "
+        f"| {step.heartbeats.quantile(0.5) * 1000:.0f} | {hb99 * 1000:.0f} "
+        f"| {hb99 / base.heartbeats.quantile(0.99):.2f} "
+        f"| {len(step.submissions.seconds) / args.step_s:.1f} "
+        f"| {step.submissions.quantile(0.5) * 1000:.0f} | {sub99 * 1000:.0f} "
+        f"| {sub99 / base.submissions.quantile(0.99):.2f} "
+        f"| {step.placed} | {mean_cycle_s * 1000:.0f} "
+        f"| {sum(step.heartbeats.errors.values()) + sum(step.submissions.errors.values())} |",
+        flush=True,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
+    parser.add_argument("--steps", default="100,250,500,1000")
+    parser.add_argument("--step-s", type=float, default=30.0)
+    parser.add_argument("--submit-rate", type=float, default=5.0)
+    parser.add_argument("--port", type=int, default=18765)
+    args = parser.parse_args()
+    args.steps = [int(n) for n in args.steps.split(",")]
+    if args.step_s > 300 or max(args.steps) > 2000:
+        parser.error("bounded: at most 2,000 agents and 300 s a step")
+
+    base = make_url(normalise_database_url(args.pg))
+    name = f"colloc_load_{uuid.uuid4().hex[:10]}"
+    server_admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(server_admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    database_url = base.set(database=name).render_as_string(hide_password=False)
+    server = None
+    try:
+        upgrade(database_url)
+        engine = make_engine(database_url)
+        with transaction(make_sessionmaker(engine)) as session:
+            admin_token = tokens.create(session, role="admin", name="load")[1]
+            agents = [
+                Agent(
+                    f"load-{i:04d}", tokens.create(session, role="agent", name=f"load-{i:04d}")[1]
+                )
+                for i in range(max(args.steps))
+            ]
+        engine.dispose()
+        url = f"http://127.0.0.1:{args.port}"
+        env = {
+            **os.environ,
+            "COLLOC_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
+            "COLLOC_NODE_LEASE_S": "3600",  # agents idle between steps are not lost
+        }
+        log = open(ROOT / "bench" / ".load-server.log", "wb")  # noqa: SIM115
+        server = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "server", "--port", str(args.port), "--db",
+             database_url],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("the server did not start; see bench/.load-server.log")
+            time.sleep(0.3)
+        admin = {"Authorization": f"Bearer {admin_token}"}
+        print(
+            f"PostgreSQL database {name}; heartbeat every {HEARTBEAT_S:g} s; "
+            f"{args.submit_rate:g} submissions/s; {args.step_s:g} s per step\n"
+        )
+        results = asyncio.run(run_steps(url, admin, agents, args))
+        saturated = next(
+            (
+                step.agents
+                for step, _cycle in results
+                if len(step.heartbeats.seconds) / args.step_s < 0.95 * step.agents / HEARTBEAT_S
+                or step.heartbeats.quantile(0.99) > HEARTBEAT_S
+            ),
+            None,
+        )
+        print(
+            f"\nsaturated at {saturated} agents"
+            if saturated
+            else f"\nnot saturated up to {max(args.steps)} agents"
+        )
+        for step, _cycle in results:
+            errors = {**step.heartbeats.errors, **step.submissions.errors}
+            if errors:
+                print(f"errors at {step.agents} agents: {errors}")
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        with psycopg.connect(server_admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()
