@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -187,8 +188,12 @@ async def run_submitter(
     await asyncio.gather(*pending)
 
 
-def cycle_totals(url: str, headers: dict[str, str]) -> tuple[float, float]:
-    text = httpx.get(f"{url}/metrics", headers=headers, timeout=30).text
+async def cycle_totals(http: httpx.AsyncClient, headers: dict[str, str]) -> tuple[float, float]:
+    """The server's scheduling-cycle time and count so far (NaN when it cannot say)."""
+    try:
+        text = (await http.get("/metrics", headers=headers, timeout=120)).text
+    except httpx.HTTPError:
+        return float("nan"), float("nan")
     values = {
         sample.name: sample.value
         for family in text_string_to_metric_families(text)
@@ -204,6 +209,7 @@ def cycle_totals(url: str, headers: dict[str, str]) -> tuple[float, float]:
 async def run_steps(
     url: str, admin: dict[str, str], agents: list[Agent], args: argparse.Namespace
 ) -> list[tuple[Step, float]]:
+    """Each step, then a pause for the backlog to drain before the next one starts."""
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     results = []
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
@@ -228,17 +234,18 @@ async def run_steps(
         for count in args.steps:
             step = Step(count)
             rng = random.Random(count)
-            before = cycle_totals(url, admin)
+            before = await cycle_totals(http, admin)
             until = time.monotonic() + args.step_s
             await asyncio.gather(
                 *(run_agent(http, agent, step, until, rng) for agent in agents[:count]),
                 run_submitter(http, admin, step, args.submit_rate, until),
             )
-            after = cycle_totals(url, admin)
+            after = await cycle_totals(http, admin)
             cycles = after[1] - before[1]
-            mean_cycle = (after[0] - before[0]) / cycles if cycles else float("nan")
+            mean_cycle = (after[0] - before[0]) / cycles if cycles > 0 else float("nan")
             results.append((step, mean_cycle))
             report_step(step, mean_cycle, args, results[0][0])
+            await asyncio.sleep(HEARTBEAT_S)
     return results
 
 
@@ -268,6 +275,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=18765)
     args = parser.parse_args()
     args.steps = [int(n) for n in args.steps.split(",")]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # still drop the database
     if args.step_s > 300 or max(args.steps) > 2000:
         parser.error("bounded: at most 2,000 agents and 300 s a step")
 
@@ -339,7 +347,11 @@ def main() -> None:
     finally:
         if server is not None:
             server.terminate()
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # still answering a backlog
+                server.kill()
+                server.wait()
         with psycopg.connect(server_admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import to_thread
 from fastapi import FastAPI
 from sqlalchemy import text
 
@@ -13,7 +14,7 @@ from service.body_limit import BodyLimit
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
 from service.dashboard.router import static_files
-from service.db import make_engine, make_sessionmaker, upgrade, utcnow
+from service.db import WORKER_THREADS, make_engine, make_sessionmaker, upgrade, utcnow
 from service.deps import SessionDep
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.estimates.router import router as estimates_router
@@ -44,6 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         upgrade(settings.database_url)
+        to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
         started = utcnow()
         workers: list[SchedulerLoop | UsageSampler] = [UsageSampler(sessions, settings)]
         if settings.scheduler_enabled:

@@ -188,6 +188,16 @@ def test_token_commands(database_url: str, capsys: pytest.CaptureFixture[str]) -
         main(["token", "create", "--role", "root", "--name", "x"])  # argparse refuses it
 
 
+def test_the_server_refuses_auth_off_on_a_public_address(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("COLLOC_AUTH_DISABLED", "true")
+    with pytest.raises(SystemExit) as ended:
+        main(["server", "--host", "0.0.0.0", "--db", database_url])
+    assert ended.value.code == 2
+    assert "only binds to a loopback address" in capsys.readouterr().err
+
+
 def test_auth_off_is_a_development_setting(make_client: Any) -> None:
     client = make_client(auth_disabled=True)
     anonymous = {"Authorization": ""}
