@@ -56,5 +56,4 @@ def allow(*roles: str) -> Callable[[Principal], Principal]:
 
 
 UserDep = Annotated[Principal, Depends(allow("user"))]
-AdminDep = Annotated[Principal, Depends(allow("admin"))]
 AgentDep = Annotated[Principal, Depends(allow("agent"))]

@@ -13,6 +13,7 @@ from service.auth import tokens
 from service.cli.errors import CliError
 from service.cli.server import settings_for
 from service.db import make_engine, make_sessionmaker, transaction, upgrade
+from service.deps import MAX_ID
 from service.errors import ApiError
 
 
@@ -55,6 +56,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_revoke(args: argparse.Namespace) -> int:
+    if not 1 <= args.id <= MAX_ID:
+        raise CliError(f"no token has id {args.id}", 2)
     try:
         with transaction(_sessions(args)) as session:
             token = tokens.revoke(session, args.id)

@@ -20,6 +20,7 @@ import pytest
 from sqlalchemy import text
 
 from service.db import make_engine
+from tests.conftest import bearer, make_token
 from tests.e2e.harness import free_port
 
 GPUS = {"GPU-r1-0": 15360, "GPU-r1-1": 15360, "GPU-r2-0": 40960}
@@ -69,7 +70,12 @@ def replicas(tmp_path: Path, database_url: str) -> Iterator[list[str]]:
             server.wait(timeout=30)
 
 
-def register(url: str) -> None:
+@pytest.fixture
+def admin(database_url: str) -> dict[str, str]:
+    return bearer(make_token(database_url, "admin", "admin"))
+
+
+def register(url: str, headers: dict[str, str]) -> None:
     for node, prefix in (("r1", "GPU-r1"), ("r2", "GPU-r2")):
         gpus = [
             {
@@ -82,13 +88,15 @@ def register(url: str) -> None:
             if uuid.startswith(prefix)
         ]
         response = httpx.post(
-            f"{url}/v1/nodes/register", json={"name": node, "agent_version": "t", "gpus": gpus}
+            f"{url}/v1/nodes/register",
+            json={"name": node, "agent_version": "t", "gpus": gpus},
+            headers=headers,
         )
         assert response.status_code == 200
 
 
 def test_concurrent_submissions_never_overcommit_a_gpu(
-    replicas: list[str], database_url: str
+    replicas: list[str], database_url: str, admin: dict[str, str]
 ) -> None:
     engine = make_engine(database_url)
     worst: dict[str, int] = {}
@@ -110,7 +118,7 @@ def test_concurrent_submissions_never_overcommit_a_gpu(
 
     def submit(worker: int) -> None:
         rng = random.Random(worker)
-        with httpx.Client(base_url=replicas[worker % 2], timeout=30) as client:
+        with httpx.Client(base_url=replicas[worker % 2], timeout=30, headers=admin) as client:
             for i in range(15):
                 response = client.post(
                     "/v1/jobs",
@@ -127,7 +135,7 @@ def test_concurrent_submissions_never_overcommit_a_gpu(
     submit(100)
     watcher = threading.Thread(target=watch)
     watcher.start()
-    register(replicas[0])
+    register(replicas[0], admin)
     workers = [threading.Thread(target=submit, args=(w,)) for w in range(8)]
     for worker in workers:
         worker.start()

@@ -182,6 +182,7 @@ def test_token_commands(database_url: str, capsys: pytest.CaptureFixture[str]) -
     token_id = line.split()[0]
     assert colloc("token", "revoke", token_id)[0] == 0
     assert "dora" in colloc("token", "list")[1] and colloc("token", "revoke", "999")[0] == 2
+    assert colloc("token", "revoke", str(10**12))[0] == 2  # beyond any id: a message
     status, _, err = colloc("token", "create", "--role", "user", "--name", "x" * 200)
     assert status == 2 and "1 to 128 characters" in err
     with pytest.raises(SystemExit):
