@@ -10,7 +10,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from starlette.exceptions import HTTPException
 
@@ -100,6 +100,13 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _http(_request: Request, exc: HTTPException) -> JSONResponse:
         code = "not_found" if exc.status_code == 404 else f"http_{exc.status_code}"
         return JSONResponse(error_body(code, str(exc.detail)), exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(DataError)
+    async def _unstorable(_request: Request, _exc: DataError) -> JSONResponse:
+        # the database refused a value the schemas let through (PostgreSQL stores no NUL
+        # character in text): nothing was written
+        message = "a value in the request cannot be stored (e.g. it holds a NUL character)"
+        return JSONResponse(error_body("invalid_value", message), 422)
 
     @app.exception_handler(OperationalError)
     @app.exception_handler(SQLAlchemyTimeoutError)

@@ -45,7 +45,8 @@ function lineChart(lines, { width = 640, height = 220, xTime = true } = {}) {
     svg.appendChild(svgEl("text", { x: pad.l - 4, y: sy(y) + 3, "text-anchor": "end" }, fmtMib(y)));
   }
   const clock = x1 - x0 < 3600e3 ? { hour: "2-digit", minute: "2-digit", second: "2-digit" } : { hour: "2-digit", minute: "2-digit" };
-  for (const [x, anchor] of [[x0, "start"], [(x0 + x1) / 2, "middle"], [x1, "end"]]) {
+  const ticks = x1 > x0 ? [[x0, "start"], [(x0 + x1) / 2, "middle"], [x1, "end"]] : [[x0, "start"]];
+  for (const [x, anchor] of ticks) {
     const label = xTime ? new Date(x).toLocaleTimeString([], clock) : String(x);
     svg.appendChild(svgEl("text", { x: sx(x), y: height - 8, "text-anchor": anchor }, label));
   }
