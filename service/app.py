@@ -25,9 +25,10 @@ from service.metrics.instruments import Instruments, RequestTimer
 from service.metrics.router import router as metrics_router
 from service.nodes.router import router as nodes_router
 from service.nodes.service import expire_leases
+from service.periodic import Periodic
 from service.scheduler.cycle import SchedulerLoop
 from service.scheduler.placement import Scheduler
-from service.usage.sampler import UsageSampler
+from service.usage.sampler import usage_sampler
 
 VERSION = "0.1.0"
 
@@ -47,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         upgrade(settings.database_url)
         to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
         started = utcnow()
-        workers: list[SchedulerLoop | UsageSampler] = [UsageSampler(sessions, settings)]
+        workers: list[SchedulerLoop | Periodic] = [usage_sampler(sessions, settings)]
         if settings.scheduler_enabled:
             workers.append(
                 SchedulerLoop(

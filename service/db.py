@@ -64,7 +64,8 @@ def utcnow() -> datetime:
 # thread plus the background loops (scheduler, estimator refit, usage sampler, metrics).
 # The threads are few: most requests take the placement lock, and more of them at once
 # only queue inside the database (bench/load.py at 250 agents: 40 threads with a pool to
-# match achieved 16 heartbeats/s, 12 threads 23; with 4, even 100 agents got 16 of 20/s).
+# match achieved 16 heartbeats/s, 12 threads 23; with 4 threads and an in-flight limit,
+# even 100 agents got 16 of 20/s).
 WORKER_THREADS = 12
 POOL = {"pool_size": 10, "max_overflow": WORKER_THREADS + 4 - 10}
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
 from sqlalchemy import Select, case, func, select
 from sqlalchemy.orm import Session
 
@@ -37,8 +38,9 @@ class ModelAccuracy:
     ratio_buckets: tuple[int, ...]  # cumulative counts, one per RATIO_BUCKETS bound
 
 
-@dataclass(frozen=True)
-class AccuracyPoint:
+class AccuracyPoint(BaseModel):
+    """One observed peak beside the estimate its job got for that GPU model."""
+
     job_id: int
     attempt: int
     gpu_model: str
@@ -102,14 +104,14 @@ def by_model(session: Session, filters: AccuracyFilters) -> list[ModelAccuracy]:
 def recent_points(session: Session, filters: AccuracyFilters, limit: int) -> list[AccuracyPoint]:
     """The newest `limit` pairs, for a scatter of estimate against observed peak."""
     columns = [
-        Job.id,
-        Attempt.number,
+        Job.id.label("job_id"),
+        Attempt.number.label("attempt"),
         Observation.gpu_model,
-        Observation.peak_mib,
+        Observation.peak_mib.label("observed_mib"),
         JobEstimate.peak_mib,
         JobEstimate.upper_mib,
         JobEstimate.model_version,
-        Observation.created_at,
+        Observation.created_at.label("at"),
     ]
     query = _paired(columns, filters).order_by(Observation.id.desc()).limit(limit)
-    return [AccuracyPoint(*row) for row in session.execute(query)]
+    return [AccuracyPoint(**row._asdict()) for row in session.execute(query)]

@@ -16,7 +16,7 @@ from service.auth.deps import UserDep, allow
 from service.deps import EstimatorDep, SessionDep
 from service.errors import ApiError
 from service.estimates import accuracy
-from service.estimates.accuracy import RATIO_BUCKETS, AccuracyFilters
+from service.estimates.accuracy import RATIO_BUCKETS, AccuracyFilters, AccuracyPoint
 from service.estimates.service import PACKAGED, EstimatorState, active_version, versions
 from service.filters import GpuModel, Owner, TimeRangeDep, resolve_gpu_model
 from service.jobs.service import estimate_for
@@ -82,23 +82,12 @@ class ModelAccuracyRead(BaseModel):
     ratio_buckets: list[RatioBucket]
 
 
-class AccuracyPointRead(BaseModel):
-    job_id: int
-    attempt: int
-    gpu_model: str
-    observed_mib: int
-    peak_mib: int
-    upper_mib: int
-    model_version: str
-    at: datetime
-
-
 class EstimatorRead(BaseModel):
     active: str
     versions: list[EstimatorVersionRead]
     observed_peaks: int
     accuracy: list[ModelAccuracyRead]  # per GPU model, over the filtered peaks
-    points: list[AccuracyPointRead]  # the newest filtered pairs, newest first
+    points: list[AccuracyPoint]  # the newest filtered pairs, newest first
 
 
 class Activate(BaseModel):
@@ -153,10 +142,7 @@ def _estimator_read(
             )
             for m in accuracy.by_model(session, filters or AccuracyFilters())
         ],
-        points=[
-            AccuracyPointRead(**vars(p))
-            for p in accuracy.recent_points(session, filters or AccuracyFilters(), points)
-        ]
+        points=accuracy.recent_points(session, filters or AccuracyFilters(), points)
         if points
         else [],
     )

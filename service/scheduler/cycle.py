@@ -23,6 +23,7 @@ from service.estimates.service import EstimatorState
 from service.jobs import service as jobs
 from service.jobs.models import ACTIVE_ATTEMPT_STATES, Attempt, Job
 from service.nodes.models import Gpu, Node
+from service.periodic import Periodic
 from service.scheduler.placement import Explanation, Scheduler, explain
 from service.scheduler.snapshot import (
     GpuView,
@@ -207,34 +208,29 @@ class SchedulerLoop:
         self._sessions = sessions
         self._on_cycle = on_cycle  # told each successful cycle's duration in seconds
         self._before_cycle = before_cycle  # runs first in each cycle's transaction
-        self._interval_s = settings.schedule_interval_s
         self._refit_interval_s = settings.estimator_refit_interval_s
         self._scheduler = scheduler
         self._estimators = estimators
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="colloc-scheduler", daemon=True)
+        self._loop = Periodic("scheduling cycle", settings.schedule_interval_s, self._tick)
         self._refit: threading.Thread | None = None
         self._last_refit = time.monotonic()
 
     def start(self) -> None:
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        self._loop.stop()
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._interval_s):
+    def _tick(self) -> None:
+        try:
             started = time.perf_counter()
-            try:
-                with transaction(self._sessions) as session:
-                    if self._before_cycle is not None:
-                        self._before_cycle(session)
-                    run_cycle(session, self._scheduler, self._estimators.sync(session))
-                if self._on_cycle is not None:
-                    self._on_cycle(time.perf_counter() - started)
-            except Exception:  # the database may be restarting: try again next tick
-                log.exception("scheduling cycle failed")
+            with transaction(self._sessions) as session:
+                if self._before_cycle is not None:
+                    self._before_cycle(session)
+                run_cycle(session, self._scheduler, self._estimators.sync(session))
+            if self._on_cycle is not None:
+                self._on_cycle(time.perf_counter() - started)
+        finally:  # a refit is due whether or not the cycle went through
             self._maybe_refit()
 
     def _maybe_refit(self) -> None:

@@ -21,10 +21,10 @@ def take_sample(session: Session, now: datetime) -> int:
     """Record memory per GPU model (GPUs of nodes that are up) and per user; returns
     the number of rows written."""
     views = gpu_views(session)
-    up = set(session.scalars(select(Gpu.id).join(Node).where(Node.state == "ready")))
+    up = set(session.scalars(select(Node.id).where(Node.state == "ready")))
     totals: dict[str, UsageSample] = {}
     for view in views.values():
-        if view.id not in up:
+        if view.node_id not in up:
             continue
         row = totals.get(view.model)
         if row is None:
