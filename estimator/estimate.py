@@ -1,9 +1,11 @@
 """The Estimate contract and the Estimator that makes estimates.
 
-Three ways to an estimate, most trusted first: the exact history of the same spec on
-the same GPU model; the analytical model corrected by the learned calibration, where
-the spec lies in the calibration's domain; the analytical model alone, with the margin
-it needed on the measured runs.
+Four ways to an estimate, most trusted first: the exact history of the same spec on
+the same GPU model; its history on other GPU models, with their CUDA context swapped
+for this one's (the tensors a run allocates do not depend on the GPU; the context
+does); the analytical model corrected by the learned calibration, where the spec lies
+in the calibration's domain; the analytical model alone, with the margin it needed on
+the measured runs.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from functools import cache
 import numpy as np
 from pydantic import BaseModel
 
-from estimator.analytical.model import Breakdown, breakdown, resolve
+from estimator.analytical.context import context_mib
+from estimator.analytical.model import Breakdown, breakdown, communicates, resolve
 from estimator.gpus import find_gpu_model
 from estimator.history import HISTORY_MARGIN, ObservationHistory
 from estimator.learned.artifact import Artifact, load
@@ -79,8 +82,11 @@ class Estimator:
         terms = breakdown(spec, gpu, shape)
         kind = model_kind(spec, shape)
         observed = self.history.peak_mib(spec, name)
+        moved = None if observed is not None else self._moved_history(spec, terms)
         if observed is not None:
             peak, upper, method = float(observed), observed * (1 + HISTORY_MARGIN), "history"
+        elif moved is not None:
+            peak, upper, method = moved, moved * (1 + HISTORY_MARGIN), "history-other-gpu"
         elif self.artifact and in_domain(spec, kind, self.artifact.manifest["domain"]):
             row = np.array([features(spec, shape, terms)])
             calibration = self.artifact.calibration
@@ -101,6 +107,15 @@ class Estimator:
             breakdown_mib=_scaled(terms, peak),
             model_version=self.version,
         )
+
+    def _moved_history(self, spec: TrainingSpec, terms: Breakdown) -> float | None:
+        """The largest peak `spec` reached on another GPU model, with that model's CUDA
+        context replaced by this one's (`terms.context`), or None if it never ran."""
+        moved = [
+            peak - context_mib(find_gpu_model(gpu), communicates(spec)) + terms.context
+            for gpu, peak in self.history.peaks_by_gpu(spec).items()
+        ]
+        return max(moved, default=None)
 
     def observe(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> None:
         """Remember a peak a finished job really reached (for history and refits)."""

@@ -1,7 +1,8 @@
-"""Exact history: what a job with the same spec really used on the same GPU model.
+"""Exact history: what a job with the same spec really used, by GPU model.
 
 A spec's fingerprint is the hash of its canonical JSON, so resubmitting the same
-training configuration finds the peaks observed before and needs no guessing.
+training configuration finds the peaks observed before and needs no guessing: on the
+same GPU model as they are, on another with the CUDA context swapped (`estimate.py`).
 """
 
 from __future__ import annotations
@@ -27,14 +28,19 @@ def _gpu_key(gpu_model: str) -> str:
 
 
 class ObservationHistory:
-    """Observed peaks by (spec fingerprint, GPU model)."""
+    """Observed peaks by spec fingerprint, then GPU model."""
 
     def __init__(self) -> None:
-        self._peaks: dict[tuple[str, str], list[int]] = {}
+        self._peaks: dict[str, dict[str, list[int]]] = {}
 
     def add(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> None:
-        self._peaks.setdefault((fingerprint(spec), _gpu_key(gpu_model)), []).append(peak_mib)
+        by_gpu = self._peaks.setdefault(fingerprint(spec), {})
+        by_gpu.setdefault(_gpu_key(gpu_model), []).append(peak_mib)
 
     def peak_mib(self, spec: TrainingSpec, gpu_model: str) -> int | None:
-        peaks = self._peaks.get((fingerprint(spec), _gpu_key(gpu_model)))
+        peaks = self._peaks.get(fingerprint(spec), {}).get(_gpu_key(gpu_model))
         return max(peaks) if peaks else None
+
+    def peaks_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
+        """The largest observed peak of `spec` on each GPU model it ran on."""
+        return {gpu: max(peaks) for gpu, peaks in self._peaks.get(fingerprint(spec), {}).items()}

@@ -204,6 +204,12 @@ def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: floa
     return (elements + transient) * element_bytes
 
 
+def communicates(spec: TrainingSpec) -> bool:
+    """Whether the job talks to other GPUs (and so holds NCCL buffers)."""
+    par = spec.parallelism
+    return par.dp * par.tp * par.pp * par.cp > 1
+
+
 def breakdown(
     spec: TrainingSpec, gpu: GpuModel | None, shape: ModelShape | None = None
 ) -> Breakdown:
@@ -252,12 +258,11 @@ def breakdown(
     step_temp = params * optimizer_step_temp_bytes(spec.optimizer) / shard_o
     dynamic = max(activations, step_temp)
     allocator = ALLOCATOR_FRACTION * (dynamic + gradients)
-    communicates = par.dp * par.tp * par.pp * par.cp > 1
     return Breakdown(
         weights=weights / MIB,
         gradients=gradients / MIB,
         optimizer=optimizer / MIB,
         activations=dynamic / MIB,
-        context=float(context_mib(gpu, communicates)),
+        context=float(context_mib(gpu, communicates(spec))),
         allocator=allocator / MIB,
     )

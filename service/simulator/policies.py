@@ -140,26 +140,24 @@ class Colloc:
         self._key = key  # the job's held-out part, as `estimators` is keyed
         self._fallback = Estimator(artifact=None)
         # bounds already worked out, by configuration and GPU model, until a peak of that
-        # configuration is observed there (then the estimator answers from history)
-        self._known: dict[tuple[str, str], int] = {}
+        # configuration is observed (then the estimator answers from history, on every
+        # GPU model)
+        self._known: dict[str, dict[str, int]] = {}
 
     def _estimator(self, job: SimJob) -> Estimator:
         return self._estimators.get(self._key(job), self._fallback)
 
     def demand(self, job: SimJob, models: Mapping[str, int]) -> Demand:
         estimator = self._estimator(job)
-        spec = fingerprint(job.spec)
-        upper = {}
+        known = self._known.setdefault(fingerprint(job.spec), {})
         for model in models:
-            key = (spec, model)
-            if key not in self._known:
-                self._known[key] = estimator.estimate(job.spec, model).upper_mib
-            upper[model] = self._known[key]
-        return Demand(upper_mib=upper)
+            if model not in known:
+                known[model] = estimator.estimate(job.spec, model).upper_mib
+        return Demand(upper_mib={model: known[model] for model in models})
 
     def observe(self, job: SimJob, model: str, peak_mib: int) -> None:
         self._estimator(job).observe(job.spec, model, peak_mib)
-        self._known.pop((fingerprint(job.spec), model), None)
+        self._known.pop(fingerprint(job.spec), None)
 
 
 @dataclass(frozen=True)

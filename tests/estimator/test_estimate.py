@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from estimator.estimate import Estimator, default_estimator
@@ -71,10 +73,26 @@ def test_exact_history_wins_for_a_spec_seen_before() -> None:
     seen = estimator.estimate(RESNET, "A100-40GB")
     assert seen.method == "history" and seen.peak_mib == 9400
     assert seen.upper_mib == pytest.approx(9400 * (1 + HISTORY_MARGIN), abs=1)
-    assert estimator.estimate(RESNET, "T4").method == "analytical+learned"
     other = RESNET.model_copy(update={"batch_size": 65})
     assert fingerprint(other) != fingerprint(RESNET)
     assert estimator.estimate(other, "A100-40GB").method == "analytical+learned"
+
+
+def test_history_on_another_gpu_model_moves_with_the_cuda_context() -> None:
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    assert estimator.estimate(RESNET, "T4").method == "analytical+learned"
+    estimator.history.add(RESNET, "A100-40GB", 9400)
+    estimator.history.add(RESNET, "A100-80GB", 9000)
+    a100_context = estimator.estimate(RESNET, "A100-40GB").breakdown_mib["context"]
+    t4 = estimator.estimate(RESNET, "T4")
+    assert t4.method == "history-other-gpu"
+    # the A100's 1,400 MiB of context out, the T4's 2,000 in (estimator/analytical/context.py)
+    assert a100_context == 1400 and t4.breakdown_mib["context"] == 2000
+    assert t4.peak_mib == 9400 - 1400 + 2000
+    assert t4.upper_mib == math.ceil((9400 - 1400 + 2000) * (1 + HISTORY_MARGIN))
+    assert estimator.estimate(RESNET, "A100-80GB").peak_mib == 9000  # its own history first
+    gang = TrainingSpec.model_validate({**RESNET.model_dump(), "parallelism": {"dp": 2}})
+    assert estimator.estimate(gang, "T4").method == "analytical+learned"  # another spec
 
 
 def test_a_bigger_gpu_context_does_not_change_the_job() -> None:

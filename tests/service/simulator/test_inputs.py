@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import filecmp
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -126,9 +127,13 @@ def test_colloc_answers_as_its_estimator_and_learns_from_observed_peaks() -> Non
     colloc = Colloc({"m": estimator}, lambda job: job.model)
     first = replace(_jobs(1)[0], model="m")
     other = replace(first, spec=first.spec.model_copy(update={"image_size": 299}))
-    models = {"Tesla T4": 15360}
+    models = {"Tesla T4": 15360, "NVIDIA A100-SXM4-40GB": 40960}
     for job in (first, other, first):  # the same model and batch, two specs
-        expected = estimator.estimate(job.spec, "Tesla T4").upper_mib
-        assert colloc.demand(job, models).upper_mib == {"Tesla T4": expected}
+        expected = {m: estimator.estimate(job.spec, m).upper_mib for m in models}
+        assert colloc.demand(job, models).upper_mib == expected
     colloc.observe(first, "Tesla T4", 5000)
-    assert colloc.demand(first, models).upper_mib == {"Tesla T4": 5500}  # history + 10%
+    # history + 10%; on the A100 with its 1,400 MiB of CUDA context for the T4's 2,000
+    assert colloc.demand(first, models).upper_mib == {
+        "Tesla T4": 5500,
+        "NVIDIA A100-SXM4-40GB": math.ceil((5000 - 600) * 1.1),
+    }
