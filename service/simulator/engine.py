@@ -116,6 +116,7 @@ class SimResult:
     oom_events: int
     gpu_hours_lost_to_oom: float
     makespan_s: float
+    drained_s: float  # from the first arrival to the last start: the queue's drain
     mean_jct_s: float
     p95_jct_s: float
     mean_queue_s: float
@@ -136,6 +137,7 @@ class SimResult:
             "oom_events": self.oom_events,
             "gpu_hours_lost_to_oom": round(self.gpu_hours_lost_to_oom, 3),
             "makespan_s": round(self.makespan_s, 1),
+            "queue_drained_s": round(self.drained_s, 1),
             "mean_jct_s": round(self.mean_jct_s, 1),
             "p95_jct_s": round(self.p95_jct_s, 1),
             "mean_queue_s": round(self.mean_queue_s, 1),
@@ -198,6 +200,7 @@ class Simulation:
         self.ooms = 0
         self.lost_gpu_s = 0.0
         self.placements = 0
+        self.last_start_s = 0.0
         self.cycles = 0
         self.used_mib = 0  # physically held, cluster-wide
         self.busy = 0.0  # sum over GPUs of min(1, utilisation)
@@ -343,6 +346,7 @@ class Simulation:
         state.tries += 1
         state.queued_s += self.now - state.pending_since
         self.placements += 1
+        self.last_start_s = self.now
         attempt = _Attempt(
             job,
             gpu_ids,
@@ -515,6 +519,7 @@ class Simulation:
             oom_events=self.ooms,
             gpu_hours_lost_to_oom=self.lost_gpu_s / 3600,
             makespan_s=makespan,
+            drained_s=max(0.0, self.last_start_s - first),
             mean_jct_s=float(np.mean(jct)) if jct else 0.0,
             p95_jct_s=float(np.percentile(jct, 95)) if jct else 0.0,
             mean_queue_s=float(np.mean(queued)) if queued else 0.0,
