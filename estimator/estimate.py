@@ -11,14 +11,16 @@ the measured runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from typing import Protocol
 
 import numpy as np
 from pydantic import BaseModel
 
 from estimator.analytical.context import context_mib
-from estimator.analytical.model import Breakdown, breakdown, communicates, resolve
+from estimator.analytical.model import Breakdown, ModelShape, breakdown, communicates, resolve
 from estimator.gpus import find_gpu_model
 from estimator.history import HISTORY_MARGIN, ObservationHistory
 from estimator.learned.artifact import Artifact, load
@@ -27,6 +29,12 @@ from estimator.learned.measurements import Measurement, observation
 from estimator.spec import TrainingSpec
 
 ANALYTICAL_VERSION = "analytical"
+# methods whose peak is one the spec really reached (on this GPU model, or another)
+HISTORY, HISTORY_OTHER_GPU = "history", "history-other-gpu"
+HISTORY_METHODS = frozenset({HISTORY, HISTORY_OTHER_GPU})
+# appended to a method whose bound was raised to what other runs of the architecture
+# reached over their estimates
+MODEL_HISTORY = "+model-history"
 
 
 class Estimate(BaseModel):
@@ -37,6 +45,16 @@ class Estimate(BaseModel):
     method: str
     breakdown_mib: dict[str, int]
     model_version: str
+
+
+class _Answer(Protocol):
+    peak_mib: int
+    method: str
+
+
+def proven_peaks(estimates: Mapping[str, _Answer]) -> dict[str, int]:
+    """The peaks among `estimates` (by GPU model) that the spec really reached."""
+    return {model: e.peak_mib for model, e in estimates.items() if e.method in HISTORY_METHODS}
 
 
 def in_domain(spec: TrainingSpec, kind: str, domain: dict[str, list[str]]) -> bool:
@@ -80,24 +98,17 @@ class Estimator:
         name = gpu.name if gpu else gpu_model
         shape = resolve(spec)
         terms = breakdown(spec, gpu, shape)
-        kind = model_kind(spec, shape)
         observed = self.history.peak_mib(spec, name)
         moved = None if observed is not None else self._moved_history(spec, terms)
         if observed is not None:
-            peak, upper, method = float(observed), observed * (1 + HISTORY_MARGIN), "history"
+            peak, upper, method = float(observed), observed * (1 + HISTORY_MARGIN), HISTORY
         elif moved is not None:
-            peak, upper, method = moved, moved * (1 + HISTORY_MARGIN), "history-other-gpu"
-        elif self.artifact and in_domain(spec, kind, self.artifact.manifest["domain"]):
-            row = np.array([features(spec, shape, terms)])
-            calibration = self.artifact.calibration
-            peak = terms.total * math.exp(float(calibration.predict(row)[0]))
-            upper = terms.total * math.exp(float(calibration.predict_upper(row, kind)[0]))
-            method = "analytical+learned"
+            peak, upper, method = moved, moved * (1 + HISTORY_MARGIN), HISTORY_OTHER_GPU
         else:
-            margins = self.artifact.manifest["analytical_margins"] if self.artifact else {}
-            peak = terms.total
-            upper = peak * math.exp(max(0.0, margins.get(kind, 0.0)))
-            method = "analytical"
+            peak, upper, method = self._modelled(spec, shape, terms)
+            above = self.history.model_ratio(spec)
+            if above is not None and peak * above * (1 + HISTORY_MARGIN) > upper:
+                upper, method = peak * above * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
         return Estimate(
             gpu_model=name,
             peak_mib=round(peak),
@@ -107,6 +118,21 @@ class Estimator:
             breakdown_mib=_scaled(terms, peak),
             model_version=self.version,
         )
+
+    def _modelled(
+        self, spec: TrainingSpec, shape: ModelShape, terms: Breakdown
+    ) -> tuple[float, float, str]:
+        """Peak, bound and method from the models: calibrated where in domain, else the
+        analytical model with the margin it needed on the measured runs."""
+        kind = model_kind(spec, shape)
+        if self.artifact and in_domain(spec, kind, self.artifact.manifest["domain"]):
+            row = np.array([features(spec, shape, terms)])
+            calibration = self.artifact.calibration
+            peak = terms.total * math.exp(float(calibration.predict(row)[0]))
+            upper = terms.total * math.exp(float(calibration.predict_upper(row, kind)[0]))
+            return peak, upper, "analytical+learned"
+        margins = self.artifact.manifest["analytical_margins"] if self.artifact else {}
+        return terms.total, terms.total * math.exp(max(0.0, margins.get(kind, 0.0))), "analytical"
 
     def _moved_history(self, spec: TrainingSpec, terms: Breakdown) -> float | None:
         """The largest peak `spec` reached on another GPU model, with that model's CUDA
@@ -118,10 +144,13 @@ class Estimator:
         return max(moved, default=None)
 
     def observe(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> None:
-        """Remember a peak a finished job really reached (for history and refits)."""
+        """Remember a peak a finished job really reached (for history and refits), and
+        how far it lay above what the models say of it."""
         gpu = find_gpu_model(gpu_model)
         name = gpu.name if gpu else gpu_model
-        self.history.add(spec, name, peak_mib)
+        shape = resolve(spec)
+        modelled, _upper, _method = self._modelled(spec, shape, breakdown(spec, gpu, shape))
+        self.history.add(spec, name, peak_mib, peak_mib / modelled)
         self.observations.append(observation(spec, name, peak_mib))
 
 

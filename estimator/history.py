@@ -27,15 +27,28 @@ def _gpu_key(gpu_model: str) -> str:
     return canonical_gpu_name(gpu_model) or gpu_model
 
 
+def architecture(spec: TrainingSpec) -> str:
+    """The spec's model alone (any batch, precision or GPU count)."""
+    return json.dumps(spec.model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
 class ObservationHistory:
-    """Observed peaks by spec fingerprint, then GPU model."""
+    """Observed peaks by spec fingerprint, then GPU model; and, by architecture, the
+    largest ratio of an observed peak to the estimate the models made of it."""
 
     def __init__(self) -> None:
         self._peaks: dict[str, dict[str, list[int]]] = {}
+        self._ratios: dict[str, float] = {}
 
-    def add(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> None:
+    def add(self, spec: TrainingSpec, gpu_model: str, peak_mib: int, ratio: float) -> None:
         by_gpu = self._peaks.setdefault(fingerprint(spec), {})
         by_gpu.setdefault(_gpu_key(gpu_model), []).append(peak_mib)
+        key = architecture(spec)
+        self._ratios[key] = max(ratio, self._ratios.get(key, ratio))
+
+    def model_ratio(self, spec: TrainingSpec) -> float | None:
+        """How far above their estimates runs of this architecture went, at most."""
+        return self._ratios.get(architecture(spec))
 
     def peak_mib(self, spec: TrainingSpec, gpu_model: str) -> int | None:
         peaks = self._peaks.get(fingerprint(spec), {}).get(_gpu_key(gpu_model))

@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from estimator.analytical.model import SpecError
-from estimator.estimate import Estimate, Estimator
+from estimator.estimate import Estimate, Estimator, proven_peaks
 from estimator.gpus import GPU_MODELS, canonical_gpu_name
 from estimator.spec import TrainingSpec
 from service.config import Settings
@@ -38,6 +38,7 @@ from service.scheduler.reservations import (
     oom_retry_floor,
     retry_backoff_s,
 )
+from service.scheduler.snapshot import pending_job, room_by_model
 
 
 def _cluster_gpus(session: Session) -> list[tuple[int, str, int]]:
@@ -164,12 +165,19 @@ def create(
     if job_in.training is not None:
         estimates = estimate_for(estimator, job_in.training, models or known)
 
-    def demand(model: str) -> int:
-        if job_in.memory_mib is not None:
-            return job_in.memory_mib
-        return estimates[model].upper_mib if model in estimates else 0
-
-    _check_can_ever_fit(job_in, models, cluster, demand, settings.memory_headroom_mib)
+    view = pending_job(  # the demand placement will see
+        id=0,
+        priority=0,
+        gpus=job_in.gpus,
+        memory_mib=job_in.memory_mib,
+        upper_mib={model: e.upper_mib for model, e in estimates.items()},
+        floor_mib=0,
+        proven_mib=proven_peaks(estimates),
+        room_mib=room_by_model(((m, t) for _n, m, t in cluster), settings.memory_headroom_mib),
+    )
+    _check_can_ever_fit(
+        job_in, models, cluster, lambda m: view.demand_for(m) or 0, settings.memory_headroom_mib
+    )
     now = utcnow()
     job = Job(
         name=job_in.name,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
-from estimator.estimate import Estimator
+from estimator.estimate import Estimator, proven_peaks
 from service.config import Settings
 from service.db import transaction, utcnow
 from service.estimates.service import EstimatorState
@@ -33,6 +33,7 @@ from service.scheduler.snapshot import (
     RunningJob,
     Snapshot,
     pending_job,
+    room_by_model,
 )
 
 log = logging.getLogger(__name__)
@@ -47,7 +48,7 @@ def lock_placements(session: Session) -> None:
         session.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": SCHEDULER_LOCK_ID})
 
 
-def _pending_view(job: Job) -> PendingJob:
+def _pending_view(job: Job, room_mib: dict[str, int]) -> PendingJob:
     models = job.spec.get("gpu_models")
     return pending_job(
         id=job.id,
@@ -60,6 +61,8 @@ def _pending_view(job: Job) -> PendingJob:
         owner=job.owner,
         queue=job.queue,
         not_before=job.not_before,
+        proven_mib=proven_peaks({e.gpu_model: e for e in job.estimates}),
+        room_mib=room_mib,
     )
 
 
@@ -138,7 +141,7 @@ def _running(attempt: Attempt) -> RunningJob:
 
 
 def read_snapshot(
-    session: Session, estimator: Estimator | None = None
+    session: Session, headroom_mib: int, estimator: Estimator | None = None
 ) -> tuple[Snapshot, dict[int, Job], dict[int, Gpu]]:
     """The snapshot, plus the rows it was read from (to commit a plan against)."""
     nodes = session.scalars(select(Node)).all()
@@ -153,10 +156,11 @@ def read_snapshot(
     if estimator is not None:
         _fill_estimates(session, estimator, pending, sorted({g.model for g in gpus.values()}))
     active = _active_attempts(session)
+    room = room_by_model(((g.model, g.memory_total_mib) for g in gpus.values()), headroom_mib)
     snapshot = Snapshot(
         nodes=tuple(NodeView(n.id, n.name, n.state == "ready") for n in nodes),
         gpus=_gpu_views(list(gpus.values()), active),
-        pending=tuple(_pending_view(job) for job in pending),
+        pending=tuple(_pending_view(job, room) for job in pending),
         running=tuple(_running(attempt) for attempt in active),
         now=utcnow(),
     )
@@ -166,7 +170,7 @@ def read_snapshot(
 def run_cycle(session: Session, scheduler: Scheduler, estimator: Estimator | None = None) -> Plan:
     """Place what can be placed now, inside the caller's transaction."""
     lock_placements(session)
-    snapshot, pending, gpus = read_snapshot(session, estimator)
+    snapshot, pending, gpus = read_snapshot(session, scheduler.config.headroom_mib, estimator)
     plan = scheduler.place(snapshot)
     for placement in plan.placements:
         jobs.start_attempt(
@@ -187,7 +191,7 @@ def run_cycle(session: Session, scheduler: Scheduler, estimator: Estimator | Non
 def explain_job(
     session: Session, scheduler: Scheduler, job_id: int, estimator: Estimator | None = None
 ) -> Explanation:
-    snapshot, _pending, _gpus = read_snapshot(session, estimator)
+    snapshot, _pending, _gpus = read_snapshot(session, scheduler.config.headroom_mib, estimator)
     return explain(scheduler, snapshot, job_id)
 
 

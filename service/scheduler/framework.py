@@ -45,6 +45,7 @@ class SchedulerConfig:
         "job_cap",
         "utilization_cap",
         "memory_fit",
+        "scarce_model",
     )
     scorers: dict[str, float] = field(default_factory=lambda: {"binpack": 1.0, "model_fit": 1.0})
     headroom_mib: int = 256
@@ -64,6 +65,19 @@ class Context:
 
     config: SchedulerConfig
     nodes: dict[int, NodeView]
+    room_mib: dict[str, int] = field(default_factory=dict)  # most one GPU of a model gives
+    kept_models: frozenset[str] = frozenset()  # the only model some waiting job fits
+
+
+def fitting_models(job: PendingJob, room_mib: dict[str, int]) -> set[str]:
+    """The GPU models the job may use whose GPUs are large enough for it, empty."""
+    return {
+        model
+        for model, room in room_mib.items()
+        if (job.gpu_models is None or model in job.gpu_models)
+        and (demand := job.demand_for(model)) is not None
+        and demand <= room
+    }
 
 
 class QueueSort(Protocol):

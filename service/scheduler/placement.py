@@ -23,7 +23,13 @@ import bisect
 import itertools
 from dataclasses import dataclass, replace
 
-from service.scheduler.framework import Context, Filter, SchedulerConfig, build_plugins
+from service.scheduler.framework import (
+    Context,
+    Filter,
+    SchedulerConfig,
+    build_plugins,
+    fitting_models,
+)
 from service.scheduler.plugins import gib  # importing plugins registers the built-ins
 from service.scheduler.snapshot import (
     GpuView,
@@ -32,6 +38,7 @@ from service.scheduler.snapshot import (
     Plan,
     RunningJob,
     Snapshot,
+    room_by_model,
 )
 
 # Filters that read the GPU alone, never the job.
@@ -211,7 +218,17 @@ class Scheduler:
         self.queue_sort, self.filters, self.scorers = build_plugins(config)
 
     def _context(self, snapshot: Snapshot) -> Context:
-        return Context(self.config, {node.id: node for node in snapshot.nodes})
+        room = room_by_model(
+            ((gpu.model, gpu.memory_total_mib) for gpu in snapshot.gpus), self.config.headroom_mib
+        )
+        kept: set[str] = set()
+        if len(room) > 1:
+            for job in snapshot.pending:
+                if not job.exclusive and len(only := fitting_models(job, room)) == 1:
+                    kept |= only
+        return Context(
+            self.config, {node.id: node for node in snapshot.nodes}, room, frozenset(kept)
+        )
 
     def _passes(self, job: PendingJob, gpu: GpuView, ctx: Context) -> bool:
         return all(f.check(job, gpu, ctx).ok for _name, f in self.filters)

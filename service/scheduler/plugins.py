@@ -11,6 +11,7 @@ from service.scheduler.framework import (
     SCORERS,
     Context,
     Status,
+    fitting_models,
 )
 from service.scheduler.snapshot import GpuView, PendingJob
 
@@ -88,6 +89,24 @@ class MemoryFit:
         )
 
 
+class ScarceModel:
+    """A GPU model that is the only one some waiting job fits is kept for such jobs:
+    a job that fits another model goes there, so that the few large GPUs are not
+    filled by small jobs while jobs that need them wait (they would starve)."""
+
+    def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
+        if gpu.model not in ctx.kept_models or job.exclusive:
+            return OK
+        elsewhere = fitting_models(job, ctx.room_mib) - ctx.kept_models
+        if not elsewhere:
+            return OK
+        return Status(
+            False,
+            f"{gpu.model} is kept for waiting jobs that fit no other GPU model; "
+            f"this one fits {', '.join(sorted(elsewhere))}",
+        )
+
+
 def _left_over(job: PendingJob, gpu: GpuView, ctx: Context) -> float:
     """Share of the GPU left free once the job is placed."""
     free = gpu.free_mib(ctx.config.headroom_mib)
@@ -125,5 +144,6 @@ FILTERS.update(
     job_cap=JobCap,
     utilization_cap=UtilizationCap,
     memory_fit=MemoryFit,
+    scarce_model=ScarceModel,
 )
 SCORERS.update(binpack=Binpack, spread=Spread, model_fit=ModelFit)

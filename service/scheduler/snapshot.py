@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -72,15 +72,27 @@ def pending_job(
     owner: str = "anonymous",
     queue: str = "default",
     not_before: datetime | None = None,
+    proven_mib: Mapping[str, int] | None = None,
+    room_mib: Mapping[str, int] | None = None,
 ) -> PendingJob:
     """A waiting job's demand: the user's claim, else the estimator's calibrated bound
-    per GPU model, else a whole GPU; never below the floor an OOM set."""
+    per GPU model, else a whole GPU; never below the floor an OOM set.
+
+    `proven_mib` holds the peaks the job's spec reached before, by GPU model, and
+    `room_mib` the most one GPU of each model can give a job. A proven peak that fits
+    the room while its bound (the peak plus a margin for run-to-run variance) does not
+    asks for the whole room: the job ran on such a GPU, so it may run alone on one
+    rather than wait for a larger model."""
+    proven, room = proven_mib or {}, room_mib or {}
     if memory_mib is not None:
         demand: dict[str, int] = {}
         default: int | None = max(memory_mib, floor_mib)
         exclusive = False
     elif upper_mib:
-        demand = {model: max(upper, floor_mib) for model, upper in upper_mib.items()}
+        demand = {
+            model: max(_fitted(upper, proven.get(model), room.get(model)), floor_mib)
+            for model, upper in upper_mib.items()
+        }
         default, exclusive = None, False
     else:
         demand, default, exclusive = {}, floor_mib, True
@@ -96,6 +108,21 @@ def pending_job(
         not_before=not_before,
         default_demand_mib=default,
     )
+
+
+def room_by_model(gpus: Iterable[tuple[str, int]], headroom_mib: int) -> dict[str, int]:
+    """The most one GPU of each model can give a job, from (model, memory MiB) pairs."""
+    room: dict[str, int] = {}
+    for model, memory_mib in gpus:
+        room[model] = max(room.get(model, 0), memory_mib - headroom_mib)
+    return room
+
+
+def _fitted(upper: int, proven: int | None, room: int | None) -> int:
+    """`upper`, or the whole room where the proven peak fits it and `upper` does not."""
+    if proven is not None and room is not None and proven <= room < upper:
+        return room
+    return upper
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from service.scheduler.snapshot import (
     RunningJob,
     Snapshot,
     pending_job,
+    room_by_model,
 )
 from service.simulator.cluster import SimNode
 from service.simulator.policies import Demand, Policy
@@ -177,6 +178,7 @@ class Simulation:
                     gpu_id, node_id, index, spec.model, spec.memory_mib, speeds[spec.model]
                 )
         self.models = {gpu.model: gpu.memory_mib for gpu in self.gpus.values()}
+        self.room_mib = room_by_model(self.models.items(), settings.scheduler.headroom_mib)
         # one node of each make-up is enough to tell whether a job could ever run
         makeups = {node.gpus: node_id for node_id, node in enumerate(nodes, start=1)}
         self.cluster = [
@@ -293,6 +295,8 @@ class Simulation:
                 not_before=None
                 if state.not_before_s is None
                 else EPOCH + timedelta(seconds=state.not_before_s),
+                proven_mib=demand.proven_mib,
+                room_mib=self.room_mib,
             )
         return state.view
 

@@ -31,9 +31,9 @@ from typing import Protocol
 from sklearn.model_selection import GroupKFold
 
 from estimator.analytical.model import MIB, breakdown, resolve
-from estimator.estimate import Estimator
+from estimator.estimate import Estimate, Estimator, proven_peaks
 from estimator.gpus import find_gpu_model
-from estimator.history import fingerprint
+from estimator.history import architecture, fingerprint
 from estimator.learned.measurements import Measurement
 from estimator.learned.train import prepare, train
 from estimator.spec import TrainingSpec
@@ -47,6 +47,7 @@ class Demand:
     memory_mib: int | None = None  # one claim for every GPU model
     upper_mib: dict[str, int] = field(default_factory=dict)  # per GPU model
     gpu_models: frozenset[str] | None = None
+    proven_mib: dict[str, int] = field(default_factory=dict)  # peaks reached before
 
 
 class Policy(Protocol):
@@ -139,25 +140,30 @@ class Colloc:
         self._estimators = estimators
         self._key = key  # the job's held-out part, as `estimators` is keyed
         self._fallback = Estimator(artifact=None)
-        # bounds already worked out, by configuration and GPU model, until a peak of that
-        # configuration is observed (then the estimator answers from history, on every
-        # GPU model)
-        self._known: dict[str, dict[str, int]] = {}
+        # estimates already made, by architecture, then configuration and GPU model,
+        # until a run of that architecture is observed (it can change them all)
+        self._known: dict[str, dict[tuple[str, str], Estimate]] = {}
 
     def _estimator(self, job: SimJob) -> Estimator:
         return self._estimators.get(self._key(job), self._fallback)
 
     def demand(self, job: SimJob, models: Mapping[str, int]) -> Demand:
         estimator = self._estimator(job)
-        known = self._known.setdefault(fingerprint(job.spec), {})
+        known = self._known.setdefault(architecture(job.spec), {})
+        spec = fingerprint(job.spec)
+        estimates = {}
         for model in models:
-            if model not in known:
-                known[model] = estimator.estimate(job.spec, model).upper_mib
-        return Demand(upper_mib={model: known[model] for model in models})
+            if (spec, model) not in known:
+                known[(spec, model)] = estimator.estimate(job.spec, model)
+            estimates[model] = known[(spec, model)]
+        return Demand(
+            upper_mib={model: e.upper_mib for model, e in estimates.items()},
+            proven_mib=proven_peaks(estimates),
+        )
 
     def observe(self, job: SimJob, model: str, peak_mib: int) -> None:
         self._estimator(job).observe(job.spec, model, peak_mib)
-        self._known.pop(fingerprint(job.spec), None)
+        self._known.pop(architecture(job.spec), None)
 
 
 @dataclass(frozen=True)

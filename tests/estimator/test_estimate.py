@@ -68,21 +68,40 @@ def test_sharding_and_recomputation_reduce_per_gpu_memory() -> None:
 
 def test_exact_history_wins_for_a_spec_seen_before() -> None:
     estimator = Estimator(default_estimator().artifact, ObservationHistory())
-    estimator.history.add(RESNET, "NVIDIA A100-SXM4-40GB", 9000)
-    estimator.history.add(RESNET, "A100-40GB", 9400)
+    estimator.observe(RESNET, "NVIDIA A100-SXM4-40GB", 5000)
+    estimator.observe(RESNET, "A100-40GB", 5400)
     seen = estimator.estimate(RESNET, "A100-40GB")
-    assert seen.method == "history" and seen.peak_mib == 9400
-    assert seen.upper_mib == pytest.approx(9400 * (1 + HISTORY_MARGIN), abs=1)
+    assert seen.method == "history" and seen.peak_mib == 5400
+    assert seen.upper_mib == pytest.approx(5400 * (1 + HISTORY_MARGIN), abs=1)
     other = RESNET.model_copy(update={"batch_size": 65})
     assert fingerprint(other) != fingerprint(RESNET)
     assert estimator.estimate(other, "A100-40GB").method == "analytical+learned"
 
 
+def test_an_architecture_that_ran_above_its_estimate_gets_a_wider_bound() -> None:
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    other = RESNET.model_copy(update={"batch_size": 128})
+    before = estimator.estimate(other, "A100-40GB")
+    modelled = estimator.estimate(RESNET, "A100-40GB").peak_mib
+    estimator.observe(RESNET, "A100-40GB", round(modelled * 1.5))  # 50% above its estimate
+    after = estimator.estimate(other, "A100-40GB")
+    assert after.method == "analytical+learned+model-history"
+    assert after.peak_mib == before.peak_mib  # the point estimate stands; the bound widens
+    assert after.upper_mib == pytest.approx(before.peak_mib * 1.5 * (1 + HISTORY_MARGIN), rel=1e-3)
+    assert after.upper_mib > before.upper_mib
+    # a run below its estimate never narrows the calibrated bound
+    quiet = Estimator(default_estimator().artifact, ObservationHistory())
+    quiet.observe(RESNET, "A100-40GB", round(modelled * 0.9))
+    assert quiet.estimate(other, "A100-40GB") == before
+    vit = TrainingSpec.model_validate({"model": {"catalog": "vit_b_16"}, "batch_size": 32})
+    assert estimator.estimate(vit, "A100-40GB").method == "analytical+learned"  # another model
+
+
 def test_history_on_another_gpu_model_moves_with_the_cuda_context() -> None:
     estimator = Estimator(default_estimator().artifact, ObservationHistory())
     assert estimator.estimate(RESNET, "T4").method == "analytical+learned"
-    estimator.history.add(RESNET, "A100-40GB", 9400)
-    estimator.history.add(RESNET, "A100-80GB", 9000)
+    estimator.observe(RESNET, "A100-40GB", 9400)
+    estimator.observe(RESNET, "A100-80GB", 9000)
     a100_context = estimator.estimate(RESNET, "A100-40GB").breakdown_mib["context"]
     t4 = estimator.estimate(RESNET, "T4")
     assert t4.method == "history-other-gpu"
@@ -92,7 +111,7 @@ def test_history_on_another_gpu_model_moves_with_the_cuda_context() -> None:
     assert t4.upper_mib == math.ceil((9400 - 1400 + 2000) * (1 + HISTORY_MARGIN))
     assert estimator.estimate(RESNET, "A100-80GB").peak_mib == 9000  # its own history first
     gang = TrainingSpec.model_validate({**RESNET.model_dump(), "parallelism": {"dp": 2}})
-    assert estimator.estimate(gang, "T4").method == "analytical+learned"  # another spec
+    assert not estimator.estimate(gang, "T4").method.startswith("history")  # another spec
 
 
 def test_a_bigger_gpu_context_does_not_change_the_job() -> None:

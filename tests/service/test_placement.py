@@ -10,7 +10,14 @@ import pytest
 
 from service.scheduler.framework import Limit, Quotas, SchedulerConfig, UnknownPluginError
 from service.scheduler.placement import Scheduler, explain
-from service.scheduler.snapshot import GpuView, NodeView, PendingJob, RunningJob, Snapshot
+from service.scheduler.snapshot import (
+    GpuView,
+    NodeView,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    pending_job,
+)
 
 T4, A100 = "Tesla T4", "NVIDIA A100-SXM4-40GB"
 NODES = (NodeView(1, "a", True), NodeView(2, "b", True))
@@ -64,6 +71,64 @@ def test_model_fit_keeps_big_gpus_for_big_jobs() -> None:
     assert place(gpus, (job(1, 10000),)).placements[0].gpu_ids == (2,)
     binpack_only = SchedulerConfig(headroom_mib=0, scorers={"binpack": 1.0})
     assert place(gpus, (job(1, 10000),), binpack_only).placements[0].gpu_ids == (1,)
+
+
+def test_a_peak_reached_before_that_fits_a_gpu_asks_for_all_of_it() -> None:
+    def demand(**kw: Any) -> dict[str, int]:
+        base: dict[str, Any] = dict(
+            id=1, priority=0, gpus=1, memory_mib=None, upper_mib={A100: 41400}, floor_mib=0
+        )
+        return dict(pending_job(**{**base, **kw}).demand_mib)
+
+    room = {A100: 40704}
+    # it peaked at 37,600 MiB on this model: the bound (+10%) does not fit, the peak does
+    assert demand(proven_mib={A100: 37600}, room_mib=room) == {A100: 40704}
+    assert demand(room_mib=room) == {A100: 41400}  # never ran: the bound stands
+    assert demand(proven_mib={A100: 40800}, room_mib=room) == {A100: 41400}  # did not fit
+    assert demand(upper_mib={A100: 30000}, proven_mib={A100: 27000}, room_mib=room) == {A100: 30000}
+    assert demand(proven_mib={A100: 37600}, room_mib=room, floor_mib=45000) == {A100: 45000}
+    # placed alone on an empty GPU of the model, and on nothing less
+    gpus = (gpu(1, 1, 40960, A100), gpu(2, 2, 40960, A100, reserved_mib=1000, jobs=1))
+    config = SchedulerConfig(headroom_mib=256)
+    pending = pending_job(
+        id=1,
+        priority=0,
+        gpus=1,
+        memory_mib=None,
+        upper_mib={A100: 41400},
+        floor_mib=0,
+        proven_mib={A100: 37600},
+        room_mib=room,
+    )
+    (placement,) = place(gpus, (pending,), config).placements
+    assert placement.gpu_ids == (1,) and placement.reserved_mib == (40704,)
+
+
+def test_a_gpu_model_some_waiting_job_needs_is_kept_for_such_jobs() -> None:
+    a80 = "NVIDIA A100-SXM4-80GB"
+    gpus = (
+        gpu(1, 1, 40960, A100),
+        gpu(2, 2, 81920, a80, reserved_mib=76000, jobs=1),
+        gpu(3, 2, 81920, a80, reserved_mib=76000, jobs=1),
+    )
+    big, small = job(1, demand_mib={A100: 50000, a80: 50000}), job(2, 5000)
+    # the big job waits (GPU 2 or 3 is held for it); binpack alone would put the small
+    # one on the other A100-80GB, where the big one will need the room
+    without = SchedulerConfig(
+        headroom_mib=0, filters=tuple(f for f in NO_HEADROOM.filters if f != "scarce_model")
+    )
+    assert place(gpus, (big, small), without).placements[0].gpu_ids in {(2,), (3,)}
+    (placement,) = place(gpus, (big, small)).placements
+    assert placement.job_id == 2 and placement.gpu_ids == (1,)
+    verdict = explain(Scheduler(NO_HEADROOM), Snapshot(NODES, gpus, (big, small)), 2).gpus[1]
+    assert (
+        not verdict.fits
+        and "kept for waiting jobs that fit no other GPU model" in (verdict.reasons[0])
+    )
+    # with no job that needs it, or for a job that fits nothing else, the model is open
+    assert place(gpus, (small,), NO_HEADROOM).placements[0].gpu_ids in {(2,), (3,)}
+    only_big = job(3, demand_mib={a80: 4000})
+    assert place(gpus, (big, only_big)).placements[0].gpu_ids in {(2,), (3,)}
 
 
 def test_jobs_collocate_until_memory_or_the_job_cap_runs_out() -> None:

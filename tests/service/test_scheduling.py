@@ -118,6 +118,22 @@ def test_explain_endpoint_and_placed_jobs(client: TestClient) -> None:
     assert client.get("/v1/jobs/999/explain").status_code == 404
 
 
+def test_a_spec_that_ran_on_a_gpu_model_may_run_there_alone(client: TestClient) -> None:
+    node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
+    first = submit(client, training=RESNET)
+    cycle(client)
+    beat(client, node, [exited(first["id"], peak=38000)])  # near the card's 40 GiB
+    again = submit(client, training=RESNET)
+    (estimate,) = again["estimates"]
+    assert estimate["method"] == "history" and estimate["upper_mib"] == 41800  # over the card
+    cycle(client)
+    (attempt,) = job_of(client, again["id"])["attempts"]
+    assert attempt["reserved_mib"] == 40960 - 256  # the whole GPU, less the headroom
+    third = submit(client, memory_mib=1000)
+    cycle(client)
+    assert job_of(client, third["id"])["state"] == "pending"  # it has the GPU to itself
+
+
 def test_closed_loop_history_refit_and_rollback(client: TestClient) -> None:
     node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
     first = submit(client, training=RESNET)
