@@ -5,7 +5,9 @@ the same GPU model; its history on other GPU models, with their CUDA context swa
 for this one's (the tensors a run allocates do not depend on the GPU; the context
 does); the analytical model corrected by the learned calibration, where the spec lies
 in the calibration's domain; the analytical model alone, with the margin it needed on
-the measured runs.
+the measured runs. The bound of the last two is widened for an architecture whose
+observed runs went further above their estimates than it allows (a model the
+calibration misjudges tends to be misjudged at every batch size).
 """
 
 from __future__ import annotations
