@@ -148,12 +148,22 @@ class Estimator:
     def observe(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> None:
         """Remember a peak a finished job really reached (for history and refits), and
         how far it lay above what the models say of it."""
+        name, ratio = self._above_models(spec, gpu_model, peak_mib)
+        self.history.add(spec, name, peak_mib, ratio)
+        self.observations.append(observation(spec, name, peak_mib))
+
+    def observe_oom(self, spec: TrainingSpec, gpu_model: str, held_mib: int) -> None:
+        """Remember that a run died of an OOM holding `held_mib`: it needed more, so its
+        architecture lies at least that far above its estimates (not a peak: neither
+        history nor refits take it)."""
+        self.history.widen(spec, self._above_models(spec, gpu_model, held_mib)[1])
+
+    def _above_models(self, spec: TrainingSpec, gpu_model: str, mib: int) -> tuple[str, float]:
+        """The GPU model's name, and `mib` over the models' peak estimate on it."""
         gpu = find_gpu_model(gpu_model)
-        name = gpu.name if gpu else gpu_model
         shape = resolve(spec)
         modelled, _upper, _method = self._modelled(spec, shape, breakdown(spec, gpu, shape))
-        self.history.add(spec, name, peak_mib, peak_mib / modelled)
-        self.observations.append(observation(spec, name, peak_mib))
+        return (gpu.name if gpu else gpu_model), mib / modelled
 
 
 @cache

@@ -43,6 +43,10 @@ class ObservationHistory:
     def add(self, spec: TrainingSpec, gpu_model: str, peak_mib: int, ratio: float) -> None:
         by_gpu = self._peaks.setdefault(fingerprint(spec), {})
         by_gpu.setdefault(_gpu_key(gpu_model), []).append(peak_mib)
+        self.widen(spec, ratio)
+
+    def widen(self, spec: TrainingSpec, ratio: float) -> None:
+        """Note that a run of the spec's architecture went `ratio` times its estimate."""
         key = architecture(spec)
         self._ratios[key] = max(ratio, self._ratios.get(key, ratio))
 

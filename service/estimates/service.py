@@ -2,7 +2,8 @@
 
 Every finished attempt's observed peak is stored (jobs.service); `sync` feeds those of
 successful training jobs to the estimator (the exact-history path answers such a spec
-from then on). `refit` trains a new calibration on the packaged measurements plus all
+from then on), and those of attempts that died of an OOM as a floor on what their
+architecture needs. `refit` trains a new calibration on the packaged measurements plus all
 of them and records it as a version; `activate` switches versions (or back to the
 packaged calibration), so a refit can always be undone. Replicas pick up the active
 version from the database on their next cycle.
@@ -48,10 +49,10 @@ class EstimatorState:
             seen = self._last_observation
         row = session.scalar(select(EstimatorVersion).where(EstimatorVersion.active))
         new = session.execute(
-            select(Observation, Job)
+            select(Observation, Attempt, Job)
             .join(Attempt, Observation.attempt_id == Attempt.id)
             .join(Job, Attempt.job_id == Job.id)
-            .where(Observation.id > seen, Attempt.state == "succeeded")
+            .where(Observation.id > seen, Attempt.state.in_(("succeeded", "oom")))
             .order_by(Observation.id)
         ).all()
         with self._lock:
@@ -62,11 +63,13 @@ class EstimatorState:
                     base, self.current.history, list(self.current.observations)
                 )
                 self._active = wanted
-            for observation, job in new:
+            for observation, attempt, job in new:
                 if observation.id <= self._last_observation:
                     continue  # another thread applied it meanwhile
                 spec = training_spec(job)
-                if spec is not None:
+                if spec is not None and attempt.state == "oom":
+                    self.current.observe_oom(spec, observation.gpu_model, observation.peak_mib)
+                elif spec is not None:
                     self.current.observe(spec, observation.gpu_model, observation.peak_mib)
                 self._last_observation = observation.id
             return self.current

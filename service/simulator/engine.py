@@ -473,13 +473,15 @@ class Simulation:
         self.ooms += 1
         self.lost_gpu_s += (self.now - attempt.started_s) * len(attempt.gpu_ids)
         neighbours = gpu.reserved_mib - attempt.reserved_mib[gpu.id]
+        held = gpu.memory_mib - gpu.used_mib  # what the agent saw it hold as it died
         floor = oom_retry_floor(
             self.settings.rules,
             reserved_mib=max(attempt.reserved_mib.values()),
-            peak_mib=gpu.memory_mib - gpu.used_mib,
+            peak_mib=held,
             available_mib=gpu.memory_mib - neighbours,
         )
         self._release(attempt)
+        self.policy.observe_oom(attempt.job, gpu.model, held)
         state.floor_mib = max(state.floor_mib, floor)
         allowed = state.demand.gpu_models
         room = max(

@@ -59,11 +59,18 @@ class Policy(Protocol):
         """A finished job's real peak on `model` (what agents report)."""
         ...
 
+    def observe_oom(self, job: SimJob, model: str, held_mib: int) -> None:
+        """A job died of an OOM on `model` holding `held_mib` (it needed more)."""
+        ...
+
 
 class _Static:
     """A policy whose figures never learn."""
 
     def observe(self, job: SimJob, model: str, peak_mib: int) -> None:
+        return None
+
+    def observe_oom(self, job: SimJob, model: str, held_mib: int) -> None:
         return None
 
 
@@ -163,6 +170,10 @@ class Colloc:
 
     def observe(self, job: SimJob, model: str, peak_mib: int) -> None:
         self._estimator(job).observe(job.spec, model, peak_mib)
+        self._known.pop(architecture(job.spec), None)
+
+    def observe_oom(self, job: SimJob, model: str, held_mib: int) -> None:
+        self._estimator(job).observe_oom(job.spec, model, held_mib)
         self._known.pop(architecture(job.spec), None)
 
 

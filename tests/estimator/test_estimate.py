@@ -97,6 +97,18 @@ def test_an_architecture_that_ran_above_its_estimate_gets_a_wider_bound() -> Non
     assert estimator.estimate(vit, "A100-40GB").method == "analytical+learned"  # another model
 
 
+def test_an_oom_widens_the_architectures_bound_but_is_no_peak() -> None:
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    other = RESNET.model_copy(update={"batch_size": 128})
+    before = estimator.estimate(other, "A100-40GB")
+    modelled = estimator.estimate(RESNET, "A100-40GB").peak_mib
+    estimator.observe_oom(RESNET, "A100-40GB", round(modelled * 1.4))  # died holding this
+    after = estimator.estimate(other, "A100-40GB")
+    assert after.upper_mib == pytest.approx(before.peak_mib * 1.4 * (1 + HISTORY_MARGIN), rel=1e-3)
+    assert estimator.estimate(RESNET, "A100-40GB").method == "analytical+learned+model-history"
+    assert estimator.observations == []  # nothing for history or a refit
+
+
 def test_history_on_another_gpu_model_moves_with_the_cuda_context() -> None:
     estimator = Estimator(default_estimator().artifact, ObservationHistory())
     assert estimator.estimate(RESNET, "T4").method == "analytical+learned"

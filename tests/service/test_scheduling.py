@@ -134,6 +134,21 @@ def test_a_spec_that_ran_on_a_gpu_model_may_run_there_alone(client: TestClient) 
     assert job_of(client, third["id"])["state"] == "pending"  # it has the GPU to itself
 
 
+def test_an_oom_widens_the_next_estimate_of_the_architecture(client: TestClient) -> None:
+    node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
+    job = submit(client, training=RESNET, max_attempts=1)
+    (plain,) = job["estimates"]
+    cycle(client)
+    beat(client, node, [exited(job["id"], code=1, outcome="oom", peak=3 * plain["peak_mib"])])
+    assert job_of(client, job["id"])["state"] == "oom"
+    bigger = submit(client, training={**RESNET, "batch_size": 64})
+    (estimate,) = bigger["estimates"]
+    assert estimate["method"] == "analytical+learned+model-history"
+    assert estimate["upper_mib"] > 3 * estimate["peak_mib"]
+    again = submit(client, training=RESNET)  # the OOM was no peak: no history
+    assert again["estimates"][0]["method"] == "analytical+learned+model-history"
+
+
 def test_closed_loop_history_refit_and_rollback(client: TestClient) -> None:
     node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
     first = submit(client, training=RESNET)

@@ -137,3 +137,12 @@ def test_colloc_answers_as_its_estimator_and_learns_from_observed_peaks() -> Non
         "Tesla T4": 5500,
         "NVIDIA A100-SXM4-40GB": math.ceil((5000 - 600) * 1.1),
     }
+    assert colloc.demand(first, models).proven_mib == {
+        "Tesla T4": 5000,
+        "NVIDIA A100-SXM4-40GB": 5000 - 600,
+    }
+    # an OOM of another spec of the architecture widens the bound the next one gets
+    bigger = replace(first, spec=first.spec.model_copy(update={"batch_size": 512}))
+    before = colloc.demand(bigger, models).upper_mib["Tesla T4"]
+    colloc.observe_oom(other, "Tesla T4", 3 * estimator.estimate(other.spec, "Tesla T4").peak_mib)
+    assert colloc.demand(bigger, models).upper_mib["Tesla T4"] > before
