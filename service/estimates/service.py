@@ -3,8 +3,8 @@
 Every finished attempt's observed peak is stored (jobs.service); `sync` feeds those of
 successful training jobs to the estimator (the exact-history path answers such a spec
 from then on), and those of attempts that died of an OOM as a floor on what their
-architecture needs. `refit` trains a new calibration on the packaged measurements plus all
-of them and records it as a version; `activate` switches versions (or back to the
+architecture needs. `refit` trains a new calibration on the packaged measurements plus
+the peaks and records it as a version; `activate` switches versions (or back to the
 packaged calibration), so a refit can always be undone. Replicas pick up the active
 version from the database on their next cycle.
 """

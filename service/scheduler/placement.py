@@ -222,7 +222,7 @@ class Scheduler:
             ((gpu.model, gpu.memory_total_mib) for gpu in snapshot.gpus), self.config.headroom_mib
         )
         kept: set[str] = set()
-        if len(room) > 1:
+        if "scarce_model" in self.config.filters and len(room) > 1:
             for job in snapshot.pending:
                 if not job.exclusive and len(only := fitting_models(job, room)) == 1:
                     kept |= only

@@ -13,9 +13,12 @@ estimate. Policies are chosen by name from `POLICIES`.
   4 x B x A is Colloc's analytical activation term. No CUDA context, no optimizer.
 - `analytical`: Colloc's analytical model alone (no learned part, no margin).
 - `colloc`: Colloc's estimator, the calibrated `upper_mib`, learning from finished
-  jobs' peaks. Its calibration never saw the model it estimates, at any batch size:
-  the measured models are split in two and each half is estimated by a calibration
-  trained on the other half (a user's model is new; its family may have been measured).
+  jobs' peaks and from OOMs as the service does (history on every GPU model, bounds
+  widened for architectures that ran above their estimates, a whole GPU for a peak
+  that fits it while peak plus margin does not). Its calibration never saw the model
+  it estimates, at any batch size: the measured models are split in two and each half
+  is estimated by a calibration trained on the other half (a user's model is new; its
+  family may have been measured).
 - `colloc-new-family`: the same, split by architecture family, so that no model of
   the job's family was ever measured (the harder case `bench/RESULTS.md` also reports
   for the estimator alone).
