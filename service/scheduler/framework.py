@@ -66,7 +66,7 @@ class Context:
     config: SchedulerConfig
     nodes: dict[int, NodeView]
     room_mib: dict[str, int] = field(default_factory=dict)  # most one GPU of a model gives
-    kept_models: frozenset[str] = frozenset()  # the only model some waiting job fits
+    kept_gpus: frozenset[int] = frozenset()  # for waiting jobs that fit one GPU model only
 
 
 def fitting_models(job: PendingJob, room_mib: dict[str, int]) -> set[str]:

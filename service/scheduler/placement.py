@@ -218,14 +218,22 @@ class Scheduler:
         self.queue_sort, self.filters, self.scorers = build_plugins(config)
 
     def _context(self, snapshot: Snapshot) -> Context:
-        room = room_by_model(
-            ((gpu.model, gpu.memory_total_mib) for gpu in snapshot.gpus), self.config.headroom_mib
-        )
-        kept: set[str] = set()
+        headroom = self.config.headroom_mib
+        room = room_by_model(((gpu.model, gpu.memory_total_mib) for gpu in snapshot.gpus), headroom)
+        kept: list[int] = []
         if "scarce_model" in self.config.filters and len(room) > 1:
+            wanted: dict[str, int] = {}  # GPUs asked for by jobs that fit one model only
             for job in snapshot.pending:
                 if not job.exclusive and len(only := fitting_models(job, room)) == 1:
-                    kept |= only
+                    (model,) = only
+                    wanted[model] = wanted.get(model, 0) + job.gpus
+            by_room = (
+                []
+                if not wanted
+                else sorted(snapshot.gpus, key=lambda g: (-g.free_mib(headroom), g.id))
+            )
+            for model, count in wanted.items():  # the GPUs with the most room: freed soonest
+                kept.extend(itertools.islice((g.id for g in by_room if g.model == model), count))
         return Context(
             self.config, {node.id: node for node in snapshot.nodes}, room, frozenset(kept)
         )

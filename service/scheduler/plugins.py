@@ -90,20 +90,20 @@ class MemoryFit:
 
 
 class ScarceModel:
-    """A GPU model that is the only one some waiting job fits is kept for such jobs:
-    a job that fits another model goes there, so that the few large GPUs are not
-    filled by small jobs while jobs that need them wait (they would starve)."""
+    """GPUs kept for waiting jobs that fit only their GPU model (as many as those jobs
+    ask for) take no job that fits another model: otherwise small jobs fill the few
+    large GPUs and the jobs that need them starve."""
 
     def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
-        if gpu.model not in ctx.kept_models or job.exclusive:
+        if gpu.id not in ctx.kept_gpus or job.exclusive:
             return OK
-        elsewhere = fitting_models(job, ctx.room_mib) - ctx.kept_models
-        if not elsewhere:
+        fits = fitting_models(job, ctx.room_mib)
+        if len(fits) <= 1:
             return OK
         return Status(
             False,
-            f"{gpu.model} is kept for waiting jobs that fit no other GPU model; "
-            f"this one fits {', '.join(sorted(elsewhere))}",
+            f"kept for waiting jobs that fit no GPU model but {gpu.model}; "
+            f"this one fits {', '.join(sorted(fits))}",
         )
 
 

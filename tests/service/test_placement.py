@@ -104,31 +104,35 @@ def test_a_peak_reached_before_that_fits_a_gpu_asks_for_all_of_it() -> None:
     assert placement.gpu_ids == (1,) and placement.reserved_mib == (40704,)
 
 
-def test_a_gpu_model_some_waiting_job_needs_is_kept_for_such_jobs() -> None:
+def test_gpus_are_kept_for_waiting_jobs_that_fit_one_gpu_model_only() -> None:
     a80 = "NVIDIA A100-SXM4-80GB"
     gpus = (
         gpu(1, 1, 40960, A100),
         gpu(2, 2, 81920, a80, reserved_mib=76000, jobs=1),
         gpu(3, 2, 81920, a80, reserved_mib=76000, jobs=1),
     )
-    big, small = job(1, demand_mib={A100: 50000, a80: 50000}), job(2, 5000)
-    # the big job waits (GPU 2 or 3 is held for it); binpack alone would put the small
-    # one on the other A100-80GB, where the big one will need the room
+    big = [job(i, demand_mib={A100: 50000, a80: 50000}) for i in (1, 2)]
+    small = job(3, 5000)
+    # binpack alone puts the small job on an A100-80GB, where the big ones need the room
     without = SchedulerConfig(
         headroom_mib=0, filters=tuple(f for f in NO_HEADROOM.filters if f != "scarce_model")
     )
-    assert place(gpus, (big, small), without).placements[0].gpu_ids in {(2,), (3,)}
-    (placement,) = place(gpus, (big, small)).placements
-    assert placement.job_id == 2 and placement.gpu_ids == (1,)
-    verdict = explain(Scheduler(NO_HEADROOM), Snapshot(NODES, gpus, (big, small)), 2).gpus[1]
+    assert place(gpus, (*big, small), without).placements[0].gpu_ids in {(2,), (3,)}
+    (placement,) = place(gpus, (*big, small)).placements
+    assert placement.job_id == 3 and placement.gpu_ids == (1,)
+    verdict = explain(Scheduler(NO_HEADROOM), Snapshot(NODES, gpus, (*big, small)), 3).gpus[2]
     assert (
         not verdict.fits
-        and "kept for waiting jobs that fit no other GPU model" in (verdict.reasons[0])
+        and "kept for waiting jobs that fit no GPU model but" in (verdict.reasons[0])
     )
-    # with no job that needs it, or for a job that fits nothing else, the model is open
-    assert place(gpus, (small,), NO_HEADROOM).placements[0].gpu_ids in {(2,), (3,)}
-    only_big = job(3, demand_mib={a80: 4000})
-    assert place(gpus, (big, only_big)).placements[0].gpu_ids in {(2,), (3,)}
+    # one big job waiting keeps one GPU (the one it is also held for), not the model;
+    # with none waiting, the model is open to all
+    (placement,) = place(gpus, (big[0], small)).placements
+    assert placement.job_id == 3 and placement.gpu_ids == (3,)
+    assert place(gpus, (small,)).placements[0].gpu_ids in {(2,), (3,)}
+    # a job that fits that model only may use the kept GPUs
+    only_big = job(4, demand_mib={a80: 4000})
+    assert place(gpus, (*big, only_big)).placements[0].gpu_ids in {(2,), (3,)}
 
 
 def test_jobs_collocate_until_memory_or_the_job_cap_runs_out() -> None:
