@@ -218,25 +218,30 @@ class Scheduler:
         self.queue_sort, self.filters, self.scorers = build_plugins(config)
 
     def _context(self, snapshot: Snapshot) -> Context:
-        headroom = self.config.headroom_mib
-        room = room_by_model(((gpu.model, gpu.memory_total_mib) for gpu in snapshot.gpus), headroom)
-        kept: list[int] = []
-        if "scarce_model" in self.config.filters and len(room) > 1:
-            wanted: dict[str, int] = {}  # GPUs asked for by jobs that fit one model only
-            for job in snapshot.pending:
-                if not job.exclusive and len(only := fitting_models(job, room)) == 1:
-                    (model,) = only
-                    wanted[model] = wanted.get(model, 0) + job.gpus
-            by_room = (
-                []
-                if not wanted
-                else sorted(snapshot.gpus, key=lambda g: (-g.free_mib(headroom), g.id))
-            )
-            for model, count in wanted.items():  # the GPUs with the most room: freed soonest
-                kept.extend(itertools.islice((g.id for g in by_room if g.model == model), count))
+        room = room_by_model(
+            ((gpu.model, gpu.memory_total_mib) for gpu in snapshot.gpus), self.config.headroom_mib
+        )
+        kept = self._kept_gpus(snapshot, room) if "scarce_model" in self.config.filters else ()
         return Context(
             self.config, {node.id: node for node in snapshot.nodes}, room, frozenset(kept)
         )
+
+    def _kept_gpus(self, snapshot: Snapshot, room: dict[str, int]) -> list[int]:
+        """For each GPU model that is the only one some waiting jobs fit, as many of its
+        GPUs as those jobs ask for: the ones with the most room (the soonest free)."""
+        wanted: dict[str, int] = {}
+        for job in snapshot.pending:
+            if not job.exclusive and len(only := fitting_models(job, room)) == 1 < len(room):
+                (model,) = only
+                wanted[model] = wanted.get(model, 0) + job.gpus
+        if not wanted:
+            return []
+        headroom = self.config.headroom_mib
+        by_room = sorted(snapshot.gpus, key=lambda g: (-g.free_mib(headroom), g.id))
+        kept: list[int] = []
+        for model, count in wanted.items():
+            kept.extend(itertools.islice((g.id for g in by_room if g.model == model), count))
+        return kept
 
     def _passes(self, job: PendingJob, gpu: GpuView, ctx: Context) -> bool:
         return all(f.check(job, gpu, ctx).ok for _name, f in self.filters)
