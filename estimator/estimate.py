@@ -100,8 +100,9 @@ class Estimator:
         name = gpu.name if gpu else gpu_model
         shape = resolve(spec)
         terms = breakdown(spec, gpu, shape)
-        observed = self.history.peak_mib(spec, name)
-        moved = None if observed is not None else self._moved_history(spec, terms)
+        peaks = self.history.peaks_by_gpu(spec)
+        observed = peaks.get(name)
+        moved = None if observed is not None else self._moved_history(spec, peaks, terms)
         if observed is not None:
             peak, upper, method = float(observed), observed * (1 + HISTORY_MARGIN), HISTORY
         elif moved is not None:
@@ -136,12 +137,14 @@ class Estimator:
         margins = self.artifact.manifest["analytical_margins"] if self.artifact else {}
         return terms.total, terms.total * math.exp(max(0.0, margins.get(kind, 0.0))), "analytical"
 
-    def _moved_history(self, spec: TrainingSpec, terms: Breakdown) -> float | None:
-        """The largest peak `spec` reached on another GPU model, with that model's CUDA
+    def _moved_history(
+        self, spec: TrainingSpec, peaks: dict[str, int], terms: Breakdown
+    ) -> float | None:
+        """The largest of `spec`'s `peaks` on other GPU models, with that model's CUDA
         context replaced by this one's (`terms.context`), or None if it never ran."""
         moved = [
             peak - context_mib(find_gpu_model(gpu), communicates(spec)) + terms.context
-            for gpu, peak in self.history.peaks_by_gpu(spec).items()
+            for gpu, peak in peaks.items()
         ]
         return max(moved, default=None)
 

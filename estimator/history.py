@@ -54,10 +54,7 @@ class ObservationHistory:
         """How far above their estimates runs of this architecture went, at most."""
         return self._ratios.get(architecture(spec))
 
-    def peak_mib(self, spec: TrainingSpec, gpu_model: str) -> int | None:
-        peaks = self._peaks.get(fingerprint(spec), {}).get(_gpu_key(gpu_model))
-        return max(peaks) if peaks else None
-
     def peaks_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
-        """The largest observed peak of `spec` on each GPU model it ran on."""
+        """The largest observed peak of `spec` on each GPU model it ran on, by NVML name
+        (or the name it was observed under, for a model the catalog does not know)."""
         return {gpu: max(peaks) for gpu, peaks in self._peaks.get(fingerprint(spec), {}).items()}

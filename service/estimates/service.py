@@ -66,12 +66,12 @@ class EstimatorState:
             for observation, attempt, job in new:
                 if observation.id <= self._last_observation:
                     continue  # another thread applied it meanwhile
-                spec = training_spec(job)
-                if spec is not None and attempt.state == "oom":
-                    self.current.observe_oom(spec, observation.gpu_model, observation.peak_mib)
-                elif spec is not None:
-                    self.current.observe(spec, observation.gpu_model, observation.peak_mib)
                 self._last_observation = observation.id
+                spec = training_spec(job)
+                if spec is None:
+                    continue
+                learn = self.current.observe_oom if attempt.state == "oom" else self.current.observe
+                learn(spec, observation.gpu_model, observation.peak_mib)
             return self.current
 
     def has_new_observations(self, session: Session) -> bool:

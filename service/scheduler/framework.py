@@ -65,19 +65,8 @@ class Context:
 
     config: SchedulerConfig
     nodes: dict[int, NodeView]
-    room_mib: dict[str, int] = field(default_factory=dict)  # most one GPU of a model gives
     kept_gpus: frozenset[int] = frozenset()  # for waiting jobs that fit one GPU model only
-
-
-def fitting_models(job: PendingJob, room_mib: dict[str, int]) -> set[str]:
-    """The GPU models the job may use whose GPUs are large enough for it, empty."""
-    return {
-        model
-        for model, room in room_mib.items()
-        if (job.gpu_models is None or model in job.gpu_models)
-        and (demand := job.demand_for(model)) is not None
-        and demand <= room
-    }
+    one_model_jobs: frozenset[int] = frozenset()  # those jobs (and jobs that fit none)
 
 
 class QueueSort(Protocol):

@@ -23,13 +23,7 @@ import bisect
 import itertools
 from dataclasses import dataclass, replace
 
-from service.scheduler.framework import (
-    Context,
-    Filter,
-    SchedulerConfig,
-    build_plugins,
-    fitting_models,
-)
+from service.scheduler.framework import Context, Filter, SchedulerConfig, build_plugins
 from service.scheduler.plugins import gib  # importing plugins registers the built-ins
 from service.scheduler.snapshot import (
     GpuView,
@@ -218,30 +212,38 @@ class Scheduler:
         self.queue_sort, self.filters, self.scorers = build_plugins(config)
 
     def _context(self, snapshot: Snapshot) -> Context:
-        room = room_by_model(
-            ((gpu.model, gpu.memory_total_mib) for gpu in snapshot.gpus), self.config.headroom_mib
-        )
-        kept = self._kept_gpus(snapshot, room) if "scarce_model" in self.config.filters else ()
-        return Context(
-            self.config, {node.id: node for node in snapshot.nodes}, room, frozenset(kept)
-        )
+        nodes = {node.id: node for node in snapshot.nodes}
+        if "scarce_model" not in self.config.filters:
+            return Context(self.config, nodes)
+        return Context(self.config, nodes, *self._kept_gpus(snapshot))
 
-    def _kept_gpus(self, snapshot: Snapshot, room: dict[str, int]) -> list[int]:
+    def _kept_gpus(self, snapshot: Snapshot) -> tuple[frozenset[int], frozenset[int]]:
         """For each GPU model that is the only one some waiting jobs fit, as many of its
-        GPUs as those jobs ask for: the ones with the most room (the soonest free)."""
-        wanted: dict[str, int] = {}
-        for job in snapshot.pending:
-            if not job.exclusive and len(only := fitting_models(job, room)) == 1 < len(room):
-                (model,) = only
-                wanted[model] = wanted.get(model, 0) + job.gpus
-        if not wanted:
-            return []
+        GPUs as those jobs ask for (the ones with the most room: the soonest free); and
+        the jobs that fit one GPU model at most."""
         headroom = self.config.headroom_mib
-        by_room = sorted(snapshot.gpus, key=lambda g: (-g.free_mib(headroom), g.id))
+        room = room_by_model(((g.model, g.memory_total_mib) for g in snapshot.gpus), headroom)
+        wanted: dict[str, int] = {}
+        one_model: set[int] = set()
+        for job in snapshot.pending:
+            fits = [
+                model
+                for model, most in room.items()
+                if (job.gpu_models is None or model in job.gpu_models)
+                and (demand := job.demand_for(model)) is not None
+                and demand <= most
+            ]
+            if len(fits) > 1:
+                continue
+            one_model.add(job.id)
+            if fits and len(room) > 1 and not job.exclusive:
+                wanted[fits[0]] = wanted.get(fits[0], 0) + job.gpus
         kept: list[int] = []
-        for model, count in wanted.items():
-            kept.extend(itertools.islice((g.id for g in by_room if g.model == model), count))
-        return kept
+        if wanted:
+            by_room = sorted(snapshot.gpus, key=lambda g: (-g.free_mib(headroom), g.id))
+            for model, count in wanted.items():
+                kept.extend(itertools.islice((g.id for g in by_room if g.model == model), count))
+        return frozenset(kept), frozenset(one_model)
 
     def _passes(self, job: PendingJob, gpu: GpuView, ctx: Context) -> bool:
         return all(f.check(job, gpu, ctx).ok for _name, f in self.filters)
