@@ -446,14 +446,19 @@ def end_attempt(
             peak_mib=attempt.peak_mib or 0,
             available_mib=_available_mib(session, attempt),
         )
-        job.reservation_floor_mib = max(floor, job.reservation_floor_mib or 0)
-        room = _largest_eligible_gpu_mib(session, job) - settings.memory_headroom_mib
-        retry = room >= job.reservation_floor_mib
+        job.reservation_floor_mib = least = max(floor, job.reservation_floor_mib or 0)
+        retry = can_ever_fit(  # as admission asks it: a gang needs its GPUs on one node
+            gpus=job.gpus,
+            models=job.spec.get("gpu_models"),
+            cluster=_cluster_gpus(session),
+            demand=lambda _model: least,
+            headroom_mib=settings.memory_headroom_mib,
+        )
         reason = (
-            f"requeued with at least {job.reservation_floor_mib} MiB per GPU"
+            f"requeued with at least {least} MiB per GPU"
             if retry
-            else f"needs at least {job.reservation_floor_mib} MiB per GPU, "
-            "more than any eligible GPU has"
+            else f"needs at least {least} MiB on each of {job.gpus} GPU(s) of one node, "
+            "more than any eligible GPU has on a node with that many"
         )
     elif retry:
         reason = "requeued after the attempt was lost"
@@ -517,14 +522,6 @@ def _store_observations(
             )
         )
     return peaks
-
-
-def _largest_eligible_gpu_mib(session: Session, job: Job) -> int:
-    models = job.spec.get("gpu_models")
-    query = select(func.max(Gpu.memory_total_mib))
-    if models:
-        query = query.where(Gpu.model.in_(models))
-    return session.scalar(query) or 0
 
 
 _READ_OPTIONS = (

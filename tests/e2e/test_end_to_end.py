@@ -62,17 +62,6 @@ def test_jobs_run_collocate_oom_cancel_and_survive_a_server_restart(
         colloc,
         {"name": "gang", "gpus": 2, "memory_mib": 3000, "command": simjob("T4=2500", 2, ramp=0.5)},
     )
-    oom = submit_http(
-        colloc,
-        {
-            "name": "underclaimed",
-            "memory_mib": 8000,
-            "max_attempts": 1,
-            "gpu_models": ["T4"],
-            "command": simjob("20000", 5, ramp=1),
-        },
-    )
-
     probe = colloc.wait_for(env_probe, FINAL)
     assert probe["state"] == "succeeded"
     visible = (colloc.root / "visible.txt").read_text().strip()
@@ -94,6 +83,20 @@ def test_jobs_run_collocate_oom_cancel_and_survive_a_server_restart(
     assert whole["state"] == "succeeded"
     gpus = whole["attempts"][0]["gpus"]
     assert len(gpus) == 2 and {g["model"] for g in gpus} == {"Tesla T4"}
+
+    # a job that claims far less than it takes; submitted once the gang is done, since
+    # on the T4 it shares it would take the gang's memory too, and which of the two
+    # dies first is then a matter of timing
+    oom = submit_http(
+        colloc,
+        {
+            "name": "underclaimed",
+            "memory_mib": 8000,
+            "max_attempts": 1,
+            "gpu_models": ["T4"],
+            "command": simjob("20000", 5, ramp=1),
+        },
+    )
 
     failed = colloc.wait_for(oom, FINAL)
     assert failed["state"] == "oom" and failed["exit_code"] == 1

@@ -73,6 +73,21 @@ def test_oom_back_off_delays_the_retry(make_client: Any) -> None:
     assert "backing off" in shown["reason"] and len(shown["attempts"]) == 1
 
 
+def test_a_gang_whose_oom_floor_no_node_can_hold_fails_instead_of_waiting(
+    client: TestClient,
+) -> None:
+    register_node(client, "big", [("NVIDIA A100-SXM4-40GB", 40960)])
+    node = register_node(client, "n1", [("Tesla T4", 15360), ("Tesla T4", 15360)])
+    gang = submit(client, gpus=2, memory_mib=14000, gpu_models=["T4", "A100-40GB"])
+    cycle(client)
+    assert job_of(client, gang["id"])["attempts"][0]["node"] == "n1"
+    beat(client, node, [exited(gang["id"], code=1, outcome="oom", peak=14000)])
+    # the floor (1.2 x the whole T4) fits the lone A100, but no node has two such GPUs
+    shown = job_of(client, gang["id"])
+    assert shown["state"] == "oom" and shown["reservation_floor_mib"] > 15360
+    assert "on each of 2 GPU(s) of one node" in shown["reason"]
+
+
 def test_preemption_requeues_the_victim_without_spending_its_budget(make_client: Any) -> None:
     client = make_client(preemption=True)
     node = register_node(client, "n1", [("Tesla T4", 15360)])
