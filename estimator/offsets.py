@@ -1,0 +1,128 @@
+"""A cluster's own fixed cost per process, learned from what its jobs really used.
+
+The estimator charges every process a fixed cost (CUDA context, library workspaces,
+NCCL buffers; `analytical/context.py`) from defaults for current software stacks.
+A real environment differs by a roughly constant amount: eager module loading, a
+different driver or PyTorch build, libraries a job image adds. That amount is the
+environment's *offset*, learned here from the residuals of finished runs:
+
+    residual_mib = observed peak - the estimate made without any offset
+
+An environment is whatever key the caller chooses: the service keys by GPU model
+and driver (`environment_key`), training by measurement source, a benchmark by
+campaign. The statistic is robust so that one odd run cannot move it:
+
+- nothing is learned below `MIN_OBSERVATIONS` runs (the offset stays 0);
+- the offset is the median residual of the runs with the *smaller* model-dependent
+  terms (the half at or below their median): where the model's share is small, its
+  relative error matters least and the residual is mostly fixed cost;
+- it is clipped to [`LOWEST_OFFSET_MIB`, `HIGHEST_OFFSET_MIB`];
+- only the newest `WINDOW` runs per environment are kept, so a driver upgrade under
+  an unchanged key is followed.
+
+Use (e.g. a leave-one-environment-out benchmark):
+
+    offsets = FixedCostOffsets()
+    for run in first_runs_of_the_environment:
+        # `estimator.fixed_cost_residual` gives both figures for a spec
+        offsets.observe("campaign-x", residual_mib, model_mib)
+    offsets.offset_mib("campaign-x")   # 0.0 until MIN_OBSERVATIONS runs were seen
+
+Pure and deterministic: the same observations in the same order give the same
+offsets and the same `digest()`, which versions every estimate made with them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from statistics import median
+from typing import Any
+
+# Five runs: the median of the smaller half (three runs) then ignores any one of them.
+MIN_OBSERVATIONS = 5
+# Newest runs kept per environment (enough for a stable median, bounded storage).
+WINDOW = 200
+# A negative offset can at most take back the current-stack default fixed cost
+# (~0.45 GiB before Hopper, ~0.6 GiB on Hopper; `analytical/context.py`).
+LOWEST_OFFSET_MIB = -512.0
+# Eager module loading alone holds over 1,000 MB (PyTorch issue 107667); the eager
+# stacks of `../shared/data` sat ~1.0-1.6 GiB above the lazy defaults. Twice the
+# largest of these bounds what a learned offset may add.
+HIGHEST_OFFSET_MIB = 4096.0
+
+
+def environment_key(gpu_model: str, driver_version: str | None) -> str:
+    """The service's environment: one GPU model under one driver."""
+    return f"{gpu_model}|driver {driver_version or 'unknown'}"
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One run: observed minus the offset-free estimate, and that estimate's
+    model-dependent part (weights, gradients, optimizer, activations, allocator)."""
+
+    residual_mib: float
+    model_mib: float
+
+
+@dataclass
+class FixedCostOffsets:
+    """Residuals of finished runs by environment, and the offsets they give."""
+
+    residuals: dict[str, list[Residual]] = field(default_factory=dict)
+
+    def observe(self, key: str, residual_mib: float, model_mib: float) -> None:
+        """Add one run of environment `key` (see the module docstring for the terms)."""
+        runs = self.residuals.setdefault(key, [])
+        runs.append(Residual(float(residual_mib), max(0.0, float(model_mib))))
+        del runs[:-WINDOW]
+
+    def count(self, key: str) -> int:
+        return len(self.residuals.get(key, ()))
+
+    def offset_mib(self, key: str) -> float:
+        """The learned offset of `key`: 0.0 until MIN_OBSERVATIONS runs, then the
+        clipped median residual of the runs with the smaller model-dependent terms."""
+        runs = self.residuals.get(key, [])
+        if len(runs) < MIN_OBSERVATIONS:
+            return 0.0
+        cut = median(run.model_mib for run in runs)
+        smaller = [run.residual_mib for run in runs if run.model_mib <= cut]
+        return min(HIGHEST_OFFSET_MIB, max(LOWEST_OFFSET_MIB, median(smaller)))
+
+    def offsets(self) -> dict[str, float]:
+        """Every environment's offset, learned or not (0.0), by key."""
+        return {key: self.offset_mib(key) for key in sorted(self.residuals)}
+
+    def largest(self, keys: Iterable[str]) -> float:
+        """The largest offset among `keys` (0.0 for none): a GPU model run under
+        several drivers is charged the most expensive of them."""
+        return max((self.offset_mib(key) for key in keys), default=0.0)
+
+    def active(self) -> dict[str, float]:
+        """The environments whose offset is in force (enough runs), by key."""
+        return {k: v for k, v in self.offsets().items() if self.count(k) >= MIN_OBSERVATIONS}
+
+    def digest(self) -> str:
+        """A short hash of the offsets in force ("" when none is): part of the
+        estimator's version, so estimates say which offsets they were made with."""
+        active = self.active()
+        if not active:
+            return ""
+        text = json.dumps({k: round(v, 1) for k, v in active.items()}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+    def to_json(self, key: str) -> list[list[float]]:
+        """One environment's residuals as plain JSON ([[residual, model], ...])."""
+        return [[run.residual_mib, run.model_mib] for run in self.residuals.get(key, [])]
+
+    def load(self, key: str, data: Any) -> None:
+        """Replace one environment's residuals with `to_json` output (ValueError if
+        it is not such a list)."""
+        if not isinstance(data, list):
+            raise ValueError(f"residuals of {key!r} must be a list")
+        runs = [Residual(float(pair[0]), float(pair[1])) for pair in data]
+        self.residuals[key] = runs[-WINDOW:]

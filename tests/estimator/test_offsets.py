@@ -1,0 +1,64 @@
+"""The learned per-environment fixed-cost offset: robust, bounded, deterministic."""
+
+from __future__ import annotations
+
+import pytest
+
+from estimator.offsets import (
+    HIGHEST_OFFSET_MIB,
+    MIN_OBSERVATIONS,
+    WINDOW,
+    FixedCostOffsets,
+    environment_key,
+)
+
+
+def test_nothing_is_learned_below_the_minimum_count() -> None:
+    offsets = FixedCostOffsets()
+    for _ in range(MIN_OBSERVATIONS - 1):
+        offsets.observe("a", 900.0, 100.0)
+    assert offsets.offset_mib("a") == 0.0 and offsets.digest() == ""
+    offsets.observe("a", 900.0, 100.0)
+    assert offsets.offset_mib("a") == 900.0 and offsets.digest() != ""
+
+
+def test_one_odd_run_cannot_move_it() -> None:
+    offsets = FixedCostOffsets()
+    for residual in (950.0, 1000.0, 1020.0, 980.0, 1010.0, 990.0):
+        offsets.observe("a", residual, 50.0)
+    before = offsets.offset_mib("a")
+    offsets.observe("a", 30_000.0, 50.0)  # a job that leaked, or a foreign process
+    assert abs(offsets.offset_mib("a") - before) <= 15.0
+
+
+def test_runs_with_large_model_terms_do_not_decide_it() -> None:
+    """Large models' relative errors would swamp the fixed cost; the smaller half decides."""
+    offsets = FixedCostOffsets()
+    for _ in range(5):
+        offsets.observe("a", 800.0, 200.0)
+    for _ in range(4):
+        offsets.observe("a", 6000.0, 30_000.0)
+    assert offsets.offset_mib("a") == 800.0
+
+
+def test_bounded_and_windowed() -> None:
+    offsets = FixedCostOffsets()
+    for _ in range(MIN_OBSERVATIONS):
+        offsets.observe("a", 50_000.0, 10.0)
+    assert offsets.offset_mib("a") == HIGHEST_OFFSET_MIB
+    for _ in range(WINDOW):
+        offsets.observe("a", 100.0, 10.0)
+    assert offsets.count("a") == WINDOW and offsets.offset_mib("a") == 100.0
+
+
+def test_round_trip_and_keys() -> None:
+    offsets = FixedCostOffsets()
+    key = environment_key("NVIDIA A100-SXM4-40GB", "550.54.15")
+    for residual in range(5):
+        offsets.observe(key, 700.0 + residual, 100.0)
+    copy = FixedCostOffsets()
+    copy.load(key, offsets.to_json(key))
+    assert copy.offsets() == offsets.offsets() and copy.digest() == offsets.digest()
+    assert offsets.largest([key, environment_key("NVIDIA A100-SXM4-40GB", None)]) == 702.0
+    with pytest.raises(ValueError):
+        copy.load(key, {"not": "a list"})
