@@ -269,7 +269,8 @@ class Scheduler:
 
     def _choose(self, job: PendingJob, state: _State) -> Placement | str:
         ctx = state.ctx
-        pool = [gpu for gpu in state.candidates(job) if self._passes_rest(job, gpu, ctx)]
+        candidates = state.candidates(job)
+        pool = [gpu for gpu in candidates if self._passes_rest(job, gpu, ctx)]
         if job.gpus == 1 and pool:  # the common case, without grouping by node
             score, gpu = min(
                 zip(self._scores(job, pool, ctx), pool, strict=True),
@@ -296,7 +297,7 @@ class Scheduler:
             chosen = scored[: job.gpus]
             best = (sum(s for s, _g in chosen) / job.gpus, chosen[0][1].node_id, chosen)
         if best is None:
-            return self._why_not(job, state, by_node)
+            return self._why_not(job, state, by_node, candidates)
         gpus = sorted((g for _s, g in best[2]), key=lambda g: (g.node_id, g.index))
         return Placement(
             job.id,
@@ -306,9 +307,24 @@ class Scheduler:
             round(best[0], 2),
         )
 
+    def _refusal(self, job: PendingJob, gpus: list[GpuView], ctx: Context) -> str | None:
+        """The first reason a filter the candidate index does not apply gave for refusing
+        one of `gpus` (which have room for the job), if one did."""
+        for gpu in gpus:
+            for name, check in self.filters:
+                if name not in INDEXED and not (status := check.check(job, gpu, ctx)).ok:
+                    return f"the GPUs with room for it refuse it: {status.reason}"
+        return None
+
     def _why_not(
-        self, job: PendingJob, state: _State, by_node: dict[int, list[tuple[float, GpuView]]]
+        self,
+        job: PendingJob,
+        state: _State,
+        by_node: dict[int, list[tuple[float, GpuView]]],
+        candidates: list[GpuView],
     ) -> str:
+        """The first true cause of a job waiting: GPUs held for jobs ahead, too few GPUs
+        on one node, GPUs that refuse it (kept for one-model jobs), then memory."""
         held: set[int] = set()
         if state.left_out_held:  # else no held GPU was in the way
             held = {
@@ -321,9 +337,13 @@ class Scheduler:
                 f"the GPUs that would fit are held for job(s) "
                 f"{', '.join(map(str, sorted(held)))} ahead of it in the queue"
             )
-        if by_node:
-            most = max(len(gpus) for gpus in by_node.values())
-            return f"needs {job.gpus} GPUs on one node; at most {most} fit on any node now"
+        refused = self._refusal(job, candidates, state.ctx)
+        if job.gpus > 1 and (by_node or refused):
+            most = max((len(gpus) for gpus in by_node.values()), default=0)
+            gang = f"needs {job.gpus} GPUs on one node; at most {most} fit on any node now"
+            return f"{gang} ({refused})" if refused else gang
+        if refused:
+            return refused
         if job.exclusive:
             return "needs an idle GPU; none that matches is free"
         demands = sorted({d for d in job.demand_mib.values()}) or [job.default_demand_mib or 0]
