@@ -101,10 +101,16 @@ def add_commands(commands: Any) -> None:
     estimator = commands.add_parser("estimator", help="estimator maintenance")
     actions = estimator.add_subparsers(dest="estimator_command", required=True, metavar="ACTION")
     trainer = actions.add_parser("train", help="retrain the calibration from measured runs")
-    trainer.add_argument("--data", type=Path, default=measurements.TABLE)
-    trainer.add_argument("--out", type=Path, default=artifact.ARTIFACT_DIR)
+    trainer.add_argument(
+        "--data", type=Path, default=measurements.TABLE, help="measurement table (CSV)"
+    )
+    trainer.add_argument(
+        "--out", type=Path, default=artifact.ARTIFACT_DIR, help="directory for the artifact"
+    )
     trainer.set_defaults(run=run_train)
     extract = actions.add_parser("extract", help="rebuild the measurement table from the data")
     extract.add_argument("shared", type=Path, help="the shared data folder (../shared/data)")
-    extract.add_argument("--out", type=Path, default=measurements.TABLE)
+    extract.add_argument(
+        "--out", type=Path, default=measurements.TABLE, help="the table to write (CSV)"
+    )
     extract.set_defaults(run=run_extract)

@@ -109,10 +109,14 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     sim.add_argument("--scenario", default="standard", help="standard (default) or large")
     sim.add_argument("--cluster", type=Path, help="a cluster YAML file instead of Alibaba's")
     sim.add_argument("--gpus", type=_positive_int, help="Alibaba-shaped cluster of ~N GPUs")
-    sim.add_argument("--trace", choices=("alibaba", "muri"))
-    sim.add_argument("--jobs", type=_positive_int)
+    sim.add_argument(
+        "--trace",
+        choices=("alibaba", "muri"),
+        help="the job trace to replay (default: the scenario's)",
+    )
+    sim.add_argument("--jobs", type=_positive_int, help="jobs to replay (default: the scenario's)")
     sim.add_argument("--load", type=_positive_float, help="offered over available GPU time")
-    sim.add_argument("--seed", type=int)
+    sim.add_argument("--seed", type=int, help="random seed of the workload (same seed, same run)")
     sim.add_argument("--policies", help="comma-separated (default: every policy)")
     sim.add_argument("--json", action="store_true", help="one JSON object (the contract)")
     sim.add_argument("--plots", type=Path, metavar="DIR", help="write PNG plots here")
