@@ -18,6 +18,7 @@ from agent.client import SchedulerClient
 from agent.cluster import ClusterFileError, load_cluster
 from agent.config import AgentConfigError, AgentSettings, load_settings
 from agent.daemon import Agent, AgentConfig
+from agent.dirs import UnsafeDirectory
 from agent.simjob import SimjobError, parse_peaks, run
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,6 @@ def _simulated(settings: AgentSettings) -> tuple[str, DeviceBackend]:
 
 FLAGS = (
     "server",
-    "token",
     "token_file",
     "node",
     "simulate",
@@ -57,34 +57,65 @@ FLAGS = (
     "enforcement_tolerance",
     "xid_quarantine_s",
     "stop_jobs_on_exit",
+    "run_jobs_as",
+    "allow_root_jobs",
+    "work_dir",
+    "gpu_confinement",
 )
+
+
+class _NodeTagged(logging.Formatter):
+    """Prefixes each line with the node: `colloc up` runs every agent in one terminal."""
+
+    def __init__(self, node: str, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.node, self.inner = node, inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"[{self.node}] {self.inner.format(record)}"
+
+
+def _tag_log_lines(node: str) -> None:
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(_NodeTagged(node, handler.formatter or logging.Formatter()))
 
 
 def run_agent(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config, {key: getattr(args, key) for key in FLAGS})
         token = settings.resolved_token()
+        identity = settings.identity()
         if settings.simulate is not None:
             name, backend = _simulated(settings)
         else:
             name, backend = settings.node_name(), NvmlBackend.open()
-    except (AgentConfigError, ClusterFileError, DeviceUnavailable, ValueError) as exc:
+        agent = Agent(
+            SchedulerClient(settings.server, token),
+            backend,
+            AgentConfig(
+                name=name,
+                state_dir=settings.state_path(name),
+                logs_dir=settings.logs_path(name),
+                sample_interval_s=settings.sample_interval_s,
+                kill_grace_s=settings.kill_grace_s,
+                max_backoff_s=settings.max_backoff_s,
+                enforcement=settings.enforcement_rules(),
+                xid_quarantine_s=settings.xid_quarantine_s,
+                stop_jobs_on_exit=settings.stop_jobs_on_exit,
+                identity=identity,
+                work_dir=settings.work_path(name),
+                gpu_confinement=settings.gpu_confinement,
+            ),
+        )
+    except (
+        AgentConfigError,
+        ClusterFileError,
+        DeviceUnavailable,
+        UnsafeDirectory,
+        OSError,
+        ValueError,
+    ) as exc:
         return _fail(str(exc))
-    agent = Agent(
-        SchedulerClient(settings.server, token),
-        backend,
-        AgentConfig(
-            name=name,
-            state_dir=settings.state_path(name),
-            logs_dir=settings.logs_path(name),
-            sample_interval_s=settings.sample_interval_s,
-            kill_grace_s=settings.kill_grace_s,
-            max_backoff_s=settings.max_backoff_s,
-            enforcement=settings.enforcement_rules(),
-            xid_quarantine_s=settings.xid_quarantine_s,
-            stop_jobs_on_exit=settings.stop_jobs_on_exit,
-        ),
-    )
     stop = threading.Event()
 
     def _stop(_signum: int, _frame: FrameType | None) -> None:
@@ -92,7 +123,10 @@ def run_agent(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    log.info("agent for node %s with %d GPU(s)", name, len(backend.devices()))
+    _tag_log_lines(name)
+    log.info(
+        "agent for node %s with %d GPU(s); %s", name, len(backend.devices()), identity.describe()
+    )
     try:
         agent.run(stop)
     finally:
@@ -113,8 +147,10 @@ def add_commands(commands: Any) -> None:
     agent = commands.add_parser("agent", help="run the node agent")
     agent.add_argument("--config", type=Path, metavar="FILE.yaml", help="agent config file")
     agent.add_argument("--server", help="the scheduler's URL (COLLOC_SERVER)")
-    agent.add_argument("--token", help="this node's agent token (COLLOC_TOKEN)")
-    agent.add_argument("--token-file", type=Path, help="a file holding the node token")
+    # no --token: a command line is readable by every process on the node (/proc/PID/cmdline)
+    agent.add_argument(
+        "--token-file", type=Path, help="a file holding the node token, mode 0600 (or COLLOC_TOKEN)"
+    )
     agent.add_argument("--simulate", type=Path, metavar="FILE.yaml", help="simulated cluster file")
     agent.add_argument(
         "--node", help="this node's name (with --simulate: which node of the file it is)"
@@ -164,11 +200,33 @@ def add_commands(commands: Any) -> None:
         default=None,
         help="stop the jobs when the agent stops (default: they keep running)",
     )
+    agent.add_argument(
+        "--run-jobs-as",
+        choices=["owner", "agent"],
+        help="owner (default; needs root): each job as its owner's Unix account; "
+        "agent: every job as the agent's own account (single-user deployments)",
+    )
+    agent.add_argument(
+        "--allow-root-jobs",
+        action="store_true",
+        default=None,
+        help="let jobs run as root (refused by default)",
+    )
+    agent.add_argument(
+        "--work-dir", type=Path, help="where each attempt gets a directory of its account's"
+    )
+    agent.add_argument(
+        "--gpu-confinement",
+        choices=["report", "stop"],
+        help="what to do with a job using a GPU it was not given (default stop)",
+    )
     agent.set_defaults(run=run_agent)
 
     simjob = commands.add_parser("simjob", help="a simulated training process")
     simjob.add_argument("--peak-mib", required=True, help="N, or MODEL=N,MODEL=N")
-    simjob.add_argument("--seconds", type=float, required=True)
-    simjob.add_argument("--ramp-seconds", type=float, default=0.0)
+    simjob.add_argument("--seconds", type=float, required=True, help="how long it runs")
+    simjob.add_argument(
+        "--ramp-seconds", type=float, default=0.0, help="seconds to reach the peak (default 0)"
+    )
     simjob.add_argument("--sm-pct", type=float, default=50.0, help="simulated SM busy share")
     simjob.set_defaults(run=run_simjob)

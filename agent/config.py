@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent.accounts import Identity, RunJobsAs
+from agent.confinement import Policy as ConfinementPolicy
 from agent.enforcement import Enforcement
 from estimator.files import read_yaml
 
@@ -27,7 +30,7 @@ class AgentSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     server: str = "http://127.0.0.1:8000"
-    token: str | None = None
+    token: str | None = None  # COLLOC_TOKEN or the config file: never a flag (`ps` shows flags)
     token_file: Path | None = None  # keeps the node token out of unit files and `ps`
     node: str | None = None  # this node's name; the host name by default
     simulate: Path | None = None  # a simulated cluster file instead of NVML
@@ -41,14 +44,35 @@ class AgentSettings(BaseModel):
     enforcement_tolerance: float = Field(default=0.10, ge=0, le=10)
     xid_quarantine_s: float = Field(default=600.0, ge=0)
     stop_jobs_on_exit: bool = False
+    run_jobs_as: RunJobsAs = "owner"  # owner: switch to each job's account (needs root)
+    allow_root_jobs: bool = False
+    work_dir: Path | None = None  # one directory per attempt, owned by the job's account
+    gpu_confinement: ConfinementPolicy = "stop"
 
     def resolved_token(self) -> str | None:
-        if self.token is not None or self.token_file is None:
+        if self.token is not None and self.token_file is not None:
+            raise AgentConfigError(
+                "both a token (COLLOC_TOKEN or the config file) and token_file are set: "
+                "keep only the token file"
+            )
+        if self.token_file is None:
             return self.token
         try:
-            return self.token_file.read_text(encoding="utf-8").strip()
+            with open(self.token_file, encoding="utf-8") as file:
+                mode = os.fstat(file.fileno()).st_mode
+                if mode & (stat.S_IRWXG | stat.S_IRWXO):
+                    raise AgentConfigError(
+                        f"token_file {self.token_file} is open to other users (mode "
+                        f"{stat.S_IMODE(mode):04o}): make it readable by the agent's user only "
+                        f"(chmod 600 {self.token_file})"
+                    )
+                return file.read().strip()
         except OSError as exc:
             raise AgentConfigError(f"cannot read token_file {self.token_file}: {exc}") from exc
+
+    def identity(self) -> Identity:
+        """Whose account jobs run as, as far as this process can switch users."""
+        return Identity.effective(self.run_jobs_as, self.allow_root_jobs)
 
     def node_name(self) -> str:
         return self.node or socket.gethostname()
@@ -58,6 +82,10 @@ class AgentSettings(BaseModel):
 
     def logs_path(self, node: str) -> Path:
         return self.logs_dir or self.state_path(node) / "logs"
+
+    def work_path(self, node: str) -> Path:
+        """Outside the state directory, which jobs cannot enter."""
+        return self.work_dir or Path(tempfile.gettempdir()) / "colloc-jobs" / node
 
     def enforcement_rules(self) -> Enforcement:
         return Enforcement(self.enforcement, self.enforcement_tolerance)

@@ -19,13 +19,15 @@ from typing import Any
 
 import httpx
 
-from agent import __version__, proctree
+from agent import __version__, bounds, confinement, proctree
+from agent.accounts import AccountError, Identity
 from agent.backends.base import DeviceBackend, GpuSample
 from agent.client import SchedulerClient, ServerError
+from agent.dirs import PRIVATE, TRAVERSE_ONLY, own_dir
 from agent.enforcement import Enforcement
 from agent.health import HealthTracker
 from agent.job import JobProcess, RunStore
-from agent.launcher import adopt, kill, kill_if_overdue, launch, poll, terminate
+from agent.launcher import adopt, fail_at_start, kill, kill_if_overdue, launch, poll, terminate
 from agent.logship import HEARTBEAT_BYTES, chunks, drained
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,12 @@ class AgentConfig:
     enforcement: Enforcement = field(default_factory=Enforcement)
     xid_quarantine_s: float = 600.0
     stop_jobs_on_exit: bool = False
+    identity: Identity = field(default_factory=Identity)  # whose account jobs run as
+    work_dir: Path | None = None  # jobs' own directories; default: next to state_dir
+    gpu_confinement: confinement.Policy = "stop"
+
+    def work_path(self) -> Path:
+        return self.work_dir or self.state_dir.with_name(f"{self.state_dir.name}-work")
 
 
 class Agent:
@@ -58,6 +66,10 @@ class Agent:
         self.client = client
         self.backend = backend
         self.config = config
+        # closed to jobs: run records hold every job's spec, logs every job's output
+        own_dir(config.state_dir, PRIVATE)
+        own_dir(config.logs_dir, PRIVATE)
+        self.work_dir = own_dir(config.work_path(), TRAVERSE_ONLY)
         self.store = RunStore(config.state_dir)
         self.health = HealthTracker(config.xid_quarantine_s)
         self.node_id: int | None = None
@@ -128,18 +140,19 @@ class Agent:
         self._apply(reply)
 
     def _gpu_state(self, sample: GpuSample) -> dict[str, Any]:
+        """The GPU's reading within the bounds the server accepts."""
         reason = self._unhealthy.get(sample.uuid)
         return {
             "uuid": sample.uuid,
-            "memory_used_mib": sample.memory_used_mib,
-            "memory_foreign_mib": self._foreign.get(sample.uuid, 0),
-            "utilization_pct": sample.utilization_pct,
-            "memory_utilization_pct": sample.memory_utilization_pct,
-            "temperature_c": sample.temperature_c,
-            "power_w": sample.power_w,
+            "memory_used_mib": bounds.mib(sample.memory_used_mib),
+            "memory_foreign_mib": bounds.mib(self._foreign.get(sample.uuid, 0)),
+            "utilization_pct": bounds.number(sample.utilization_pct, 0, 100) or 0.0,
+            "memory_utilization_pct": bounds.number(sample.memory_utilization_pct, 0, 100),
+            "temperature_c": bounds.number(sample.temperature_c, -100, 250),
+            "power_w": bounds.number(sample.power_w, 0, 100_000),
             "mig_enabled": sample.mig_enabled,
             "healthy": reason is None,
-            "health_reason": reason,
+            "health_reason": bounds.optional_text(reason, bounds.TEXT_CHARS),
         }
 
     def _apply(self, reply: dict[str, Any]) -> None:
@@ -186,6 +199,13 @@ class Agent:
             or dict.fromkeys(uuids, assignment["reserved_mib"]),
         )
         self.jobs[job.key] = job
+        try:
+            account = self.config.identity.resolve(assignment.get("account"))
+        except AccountError as exc:
+            log.warning("job %s attempt %s not started: %s", job_id, attempt, exc)
+            fail_at_start(job, str(exc))
+            self.store.save(job)
+            return
         launch(
             store=self.store,
             job=job,
@@ -193,6 +213,8 @@ class Agent:
             env=assignment["env"],
             workdir=assignment["workdir"],
             extra_env=self.backend.job_environment(),
+            account=account,
+            work_root=self.work_dir,
         )
 
     # -- watching jobs --------------------------------------------------------------
@@ -205,6 +227,7 @@ class Agent:
         self._samples = self.backend.sample()
         running = {job.pid: job for job in self.jobs.values() if job.outcome is None and job.pid}
         full: dict[str, str] = {}
+        stray: dict[tuple[int, int], dict[str, int]] = {}  # use of GPUs a job was not given
         for sample in self._samples:
             self._unhealthy[sample.uuid] = self.health.assess(sample)
             used: dict[tuple[int, int], int] = {}
@@ -213,6 +236,9 @@ class Agent:
                 owner = proctree.owner(process.pid, running)
                 if owner is None:
                     foreign += process.used_mib
+                elif sample.uuid not in owner.gpu_uuids:
+                    on_gpu = stray.setdefault(owner.key, {})
+                    on_gpu[sample.uuid] = on_gpu.get(sample.uuid, 0) + process.used_mib
                 else:
                     used[owner.key] = used.get(owner.key, 0) + process.used_mib
             self._foreign[sample.uuid] = foreign
@@ -224,6 +250,7 @@ class Agent:
                     self._account(job, sample.uuid, used.get(job.key, 0))
         for job in running.values():
             job.gpu_full = next((full[u] for u in job.gpu_uuids if u in full), None)
+            self._confine(job, stray.get(job.key, {}))
         for job in self.jobs.values():
             self.store.save(job)
 
@@ -239,13 +266,12 @@ class Agent:
         job.over_limit.append(uuid)
         message = enforcement.describe(uuid, used_mib, reserved)
         log.warning("job %s attempt %s %s", job.job_id, job.attempt, message)
-        job.notices.append(
+        job.notify(
             {
-                "seq": len(job.over_limit),
                 "kind": "over_reservation",
                 "gpu_uuid": uuid,
-                "used_mib": used_mib,
-                "reserved_mib": reserved,
+                "used_mib": bounds.mib(used_mib),
+                "reserved_mib": bounds.mib(reserved),
                 "action": enforcement.policy,
                 "message": message,
             }
@@ -253,6 +279,31 @@ class Agent:
         if enforcement.policy == "kill":
             job.enforced = message
             kill(job)
+
+    def _confine(self, job: JobProcess, stray: dict[str, int]) -> None:
+        """Report (once per GPU) and, under policy `stop`, kill a job using GPUs it was
+        not given; what it holds there is reported as long as it holds it."""
+        job.stray_mib_by_gpu = stray
+        policy = self.config.gpu_confinement
+        for uuid, used_mib in stray.items():
+            if uuid in job.strayed_on:
+                continue
+            job.strayed_on.append(uuid)
+            message = confinement.describe(uuid, used_mib, job.gpu_uuids, policy)
+            log.warning("job %s attempt %s %s", job.job_id, job.attempt, message)
+            job.notify(
+                {
+                    "kind": "unassigned_gpu",
+                    "gpu_uuid": uuid,
+                    "used_mib": bounds.mib(used_mib),
+                    "reserved_mib": 0,
+                    "action": policy,
+                    "message": message,
+                }
+            )
+            if policy == "stop" and job.confined is None:
+                job.confined = message
+                kill(job)
 
     # -- the loop -------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from agent import bounds
 from agent.shim import write_json
 
 STREAMS = ("stdout", "stderr")
@@ -46,7 +47,12 @@ class JobProcess:
     enforced: str | None = None  # why the agent killed it for its memory
     gpu_full: str | None = None  # a GPU of the job was full at the last sample
     over_limit: list[str] = field(default_factory=list)  # GPUs it was reported over on
+    # GPUs it was not given but used, and what it holds there now; why it was stopped
+    strayed_on: list[str] = field(default_factory=list)
+    stray_mib_by_gpu: dict[str, int] = field(default_factory=dict)
+    confined: str | None = None
     notices: list[dict[str, Any]] = field(default_factory=list)  # not yet delivered
+    notice_seq: int = 0  # the last notice's number
     log_sent: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
     exit_code: int | None = None
     finished_at: datetime | None = None
@@ -61,24 +67,34 @@ class JobProcess:
     def log_path(self, stream: str) -> Path:
         return self.stdout_path if stream == "stdout" else self.stderr_path
 
+    def notify(self, notice: dict[str, Any]) -> None:
+        """Queue a notice for the server, numbered so that it is recorded once."""
+        self.notice_seq += 1
+        notice["message"] = bounds.text(notice["message"], bounds.TEXT_CHARS)
+        self.notices.append({"seq": self.notice_seq, **notice})
+
     def report(self) -> dict[str, Any]:
-        """This attempt as a heartbeat carries it (logs are added by the daemon)."""
+        """This attempt as a heartbeat carries it (logs are added by the daemon), within
+        the bounds the server accepts."""
+        running = self.outcome is None
         body: dict[str, Any] = {
             "job_id": self.job_id,
             "attempt": self.attempt,
-            "state": "running" if self.outcome is None else "exited",
+            "state": "running" if running else "exited",
             "started_at": self.started_at.isoformat(),
-            "peak_mib_by_gpu": dict(self.peak_mib_by_gpu),
-            "current_mib_by_gpu": dict(self.used_mib_by_gpu) if self.outcome is None else {},
+            "peak_mib_by_gpu": bounds.mib_by_gpu(self.peak_mib_by_gpu),
+            "current_mib_by_gpu": bounds.mib_by_gpu(self.used_mib_by_gpu) if running else {},
             "notices": list(self.notices),
         }
-        if self.outcome is not None:
+        if running and self.stray_mib_by_gpu:  # left out when empty: older servers
+            body["unassigned_mib_by_gpu"] = bounds.mib_by_gpu(self.stray_mib_by_gpu)
+        if not running:
             assert self.finished_at is not None
             body.update(
                 finished_at=self.finished_at.isoformat(),
-                exit_code=self.exit_code,
+                exit_code=bounds.exit_code(self.exit_code),
                 outcome=self.outcome,
-                reason=self.reason,
+                reason=bounds.optional_text(self.reason, bounds.REASON_CHARS),
             )
         return body
 
@@ -99,7 +115,10 @@ class JobProcess:
             "kill_sent": self.kill_sent,
             "enforced": self.enforced,
             "over_limit": self.over_limit,
+            "strayed_on": self.strayed_on,
+            "confined": self.confined,
             "notices": self.notices,
+            "notice_seq": self.notice_seq,
             "log_sent": self.log_sent,
             "exit_code": self.exit_code,
             "finished_at": self.finished_at.isoformat() if self.finished_at else None,
@@ -125,7 +144,11 @@ class JobProcess:
             kill_sent=record["kill_sent"],
             enforced=record["enforced"],
             over_limit=record["over_limit"],
+            # records an agent wrote before GPU confinement existed lack these keys
+            strayed_on=record.get("strayed_on", []),
+            confined=record.get("confined"),
             notices=record["notices"],
+            notice_seq=record.get("notice_seq", len(record["over_limit"])),
             log_sent=record["log_sent"],
             exit_code=record["exit_code"],
             finished_at=datetime.fromisoformat(finished) if finished else None,

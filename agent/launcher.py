@@ -20,12 +20,25 @@ from datetime import datetime
 from pathlib import Path
 
 from agent import proctree
+from agent.accounts import JobAccount
+from agent.dirs import attempt_workdir
 from agent.job import JobProcess, RunStore, now
 from agent.outcome import classify, stderr_tail
 from agent.shim import write_json
 
 # the agent's own credentials: a job (anyone's code) must not be able to act as its node
 AGENT_SECRETS = frozenset({"COLLOC_TOKEN"})
+
+
+def fail_at_start(job: JobProcess, reason: str, exit_code: int | None = None) -> None:
+    """End an attempt that could not be started, with why."""
+    job.exit_code, job.outcome, job.reason = exit_code, "failed", reason
+    job.finished_at = now()
+
+
+def _log_file(path: Path) -> int:
+    """The job's output file, readable by the agent only (the job writes to its fd)."""
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
 
 def launch(
@@ -36,39 +49,64 @@ def launch(
     env: dict[str, str],
     workdir: str | None,
     extra_env: dict[str, str],
+    account: JobAccount,
+    work_root: Path,
 ) -> None:
-    """Start the command with only its GPUs visible; a start failure is a failed exit."""
+    """Start the command as `account` with only its GPUs visible, in a clean environment
+    (the account's login variables, the spec's, Colloc's); a start failure is a failed
+    exit. Without a `workdir` the job gets a fresh directory of its own in `work_root`."""
     job.stdout_path.parent.mkdir(parents=True, exist_ok=True)
     job.run_dir.mkdir(parents=True, exist_ok=True)
     job_env = {
+        **account.environment(),
         **env,
         **extra_env,
         "CUDA_VISIBLE_DEVICES": ",".join(job.gpu_uuids),
         "COLLOC_JOB_ID": str(job.job_id),
         "COLLOC_ATTEMPT": str(job.attempt),
     }
-    write_json(job.run_dir / "spec.json", {"command": command, "env": job_env, "workdir": workdir})
+    try:
+        cwd = workdir or str(attempt_workdir(work_root, job.run_dir.name, account))
+    except OSError as exc:
+        fail_at_start(job, f"cannot make the job's working directory: {exc}")
+        store.save(job)
+        return
+    write_json(
+        job.run_dir / "spec.json",
+        {
+            "command": command,
+            "env": job_env,
+            "workdir": cwd,
+            "account": {
+                "name": account.name,
+                "uid": account.uid,
+                "gid": account.gid,
+                "groups": list(account.groups),
+                "switch": account.switch,
+            },
+        },
+    )
     store.save(job)  # first the record, so a restart knows of the attempt
     lock = os.open(job.run_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    out, err = _log_file(job.stdout_path), _log_file(job.stderr_path)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)  # handed to the supervisor, held while it lives
-        with open(job.stdout_path, "ab") as out, open(job.stderr_path, "ab") as err:
-            job.popen = subprocess.Popen(
-                [sys.executable, "-m", "agent.shim", str(job.run_dir)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-                pass_fds=(lock,),
-                env={k: v for k, v in os.environ.items() if k not in AGENT_SECRETS},
-            )
+        job.popen = subprocess.Popen(
+            [sys.executable, "-m", "agent.shim", str(job.run_dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+            pass_fds=(lock,),
+            env={k: v for k, v in os.environ.items() if k not in AGENT_SECRETS},
+            cwd=job.run_dir,  # never the agent's own directory
+        )
         job.pid = job.popen.pid
     except OSError as exc:
-        job.exit_code, job.outcome = 127, "failed"
-        job.reason = f"cannot start the job's supervisor: {exc.strerror or exc}"
-        job.finished_at = now()
+        fail_at_start(job, f"cannot start the job's supervisor: {exc.strerror or exc}", 127)
     finally:
-        os.close(lock)
+        for fd in (lock, out, err):
+            os.close(fd)
     store.save(job)
 
 
@@ -135,6 +173,8 @@ def poll(job: JobProcess) -> bool:
         job.reason = error
     if job.enforced is not None and job.outcome != "succeeded":
         job.outcome, job.reason = "oom", job.enforced
+    if job.confined is not None and job.outcome != "succeeded":
+        job.outcome, job.reason = "failed", job.confined
     return True
 
 

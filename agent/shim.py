@@ -36,6 +36,31 @@ def _keep_running(_signum: int, _frame: FrameType | None) -> None:
     """A handler, not SIG_IGN: the job's command gets the default dispositions back."""
 
 
+def _start(spec: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """The job's command as its account, entering its working directory as that account
+    (so a directory the account may not enter is refused, not entered as root)."""
+    account, workdir = spec["account"], spec["workdir"]
+    identity: dict[str, Any] = {}
+    if account["switch"]:  # uid, gid and supplementary groups, as initgroups(3) sets them
+        identity = {
+            "user": account["uid"],
+            "group": account["gid"],
+            "extra_groups": account["groups"],
+        }
+    if not os.path.isdir(workdir):
+        raise OSError(f"no working directory {workdir!r}")
+    try:
+        return subprocess.Popen(
+            spec["command"],
+            env=spec["env"],  # the whole environment: nothing of the agent's
+            stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: os.chdir(workdir),  # after the switch; this process has no threads
+            **identity,
+        )
+    except subprocess.SubprocessError as exc:  # raised when the preexec_fn failed
+        raise OSError(f"account {account['name']} cannot enter {workdir!r}") from exc
+
+
 def supervise(run_dir: Path) -> int:
     (run_dir / "pid").write_text(str(os.getpid()), encoding="utf-8")
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -43,12 +68,7 @@ def supervise(run_dir: Path) -> int:
     spec = json.loads((run_dir / "spec.json").read_text(encoding="utf-8"))
     error = None
     try:
-        child = subprocess.Popen(
-            spec["command"],
-            env={**os.environ, **spec["env"]},
-            cwd=spec["workdir"],
-            stdin=subprocess.DEVNULL,
-        )
+        child = _start(spec)
     except OSError as exc:
         error = f"cannot start {spec['command'][0]!r}: {exc.strerror or exc}"
         print(error, file=sys.stderr, flush=True)

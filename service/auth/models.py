@@ -21,3 +21,13 @@ class ApiToken(Base):
     prefix: Mapped[str] = mapped_column(String(16))  # shown in listings to tell tokens apart
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+
+
+class UnixAccount(Base):
+    """The Unix account a token name's jobs run as on the nodes, where it is not the name."""
+
+    __tablename__ = "unix_accounts"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)  # a job owner's
+    account: Mapped[str] = mapped_column(String(32))
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime())

@@ -1,4 +1,5 @@
-"""`colloc token create|list|revoke`: API tokens, managed on the database directly.
+"""`colloc token create|list|revoke`: API tokens, and `colloc account set|list|unset`: the
+Unix accounts token names' jobs run as; both managed on the database directly.
 
 Whoever can reach the database is an admin already; this is how the first admin token
 comes to be (`colloc up` makes one for its data directory itself).
@@ -7,9 +8,10 @@ comes to be (`colloc up` makes one for its data directory itself).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from typing import Any
 
-from service.auth import tokens
+from service.auth import accounts, tokens
 from service.cli.errors import CliError
 from service.cli.server import settings_for
 from service.db import make_engine, make_sessionmaker, transaction, upgrade
@@ -48,10 +50,7 @@ def run_list(args: argparse.Namespace) -> int:
             )
             for t in tokens.list_tokens(session)
         ]
-    header = ("ID", "NAME", "ROLE", "TOKEN", "CREATED", "REVOKED")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+    _table(("ID", "NAME", "ROLE", "TOKEN", "CREATED", "REVOKED"), rows)
     return 0
 
 
@@ -67,6 +66,42 @@ def run_revoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+def run_account_set(args: argparse.Namespace) -> int:
+    try:
+        with transaction(_sessions(args)) as session:
+            accounts.set_account(session, args.name, args.account)
+    except ApiError as exc:
+        raise CliError(exc.message, 2) from exc
+    print(f"jobs of {args.name!r} run as Unix account {args.account!r}")
+    return 0
+
+
+def run_account_unset(args: argparse.Namespace) -> int:
+    try:
+        with transaction(_sessions(args)) as session:
+            accounts.unset(session, args.name)
+    except ApiError as exc:
+        raise CliError(exc.message, 2) from exc
+    print(f"jobs of {args.name!r} run as Unix account {args.name!r} again")
+    return 0
+
+
+def run_account_list(args: argparse.Namespace) -> int:
+    with transaction(_sessions(args)) as session:
+        rows = [
+            (m.name, m.account, m.updated_at.strftime("%Y-%m-%d %H:%M"))
+            for m in accounts.list_accounts(session)
+        ]
+    _table(("NAME", "ACCOUNT", "SET"), rows)
+    return 0
+
+
 def add_commands(commands: Any) -> None:
     token = commands.add_parser("token", help="create, list and revoke API tokens")
     actions = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
@@ -79,7 +114,24 @@ def add_commands(commands: Any) -> None:
     revoke = actions.add_parser("revoke", help="revoke a token by id")
     revoke.add_argument("id", type=int)
     revoke.set_defaults(run=run_revoke)
-    for parser in (create, listing, revoke):
+    account = commands.add_parser(
+        "account", help="the Unix account a token name's jobs run as, where not the name"
+    )
+    account_actions = account.add_subparsers(
+        dest="account_command", required=True, metavar="ACTION"
+    )
+    account_set = account_actions.add_parser("set", help="run NAME's jobs as ACCOUNT")
+    account_set.add_argument("name", help="a token's name (the owner of its jobs)")
+    account_set.add_argument("account", help="a Unix user name on the nodes")
+    account_set.set_defaults(run=run_account_set)
+    account_unset = account_actions.add_parser(
+        "unset", help="run NAME's jobs as the account called NAME again"
+    )
+    account_unset.add_argument("name")
+    account_unset.set_defaults(run=run_account_unset)
+    account_list = account_actions.add_parser("list", help="every mapping")
+    account_list.set_defaults(run=run_account_list)
+    for parser in (create, listing, revoke, account_set, account_unset, account_list):
         parser.add_argument(
             "--db", help="database URL (default: COLLOC_DATABASE_URL or ./colloc.db)"
         )

@@ -25,9 +25,11 @@ EXAMPLE_JOB = Path(__file__).resolve().parents[2] / "examples" / "job.yaml"
 
 
 def _start(*args: str) -> subprocess.Popen[bytes]:
-    """Run `colloc ARGS` with this Python, its scripts (`colloc`) on PATH for jobs."""
+    """Run `colloc ARGS` with this Python, its scripts (`colloc`) on PATH for jobs; without
+    a COLLOC_TOKEN of the caller's (the admin's, likely), so agents use their own."""
     scripts = str(Path(sys.executable).parent)
-    env = {**os.environ, "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")])}
+    env = {k: v for k, v in os.environ.items() if k != "COLLOC_TOKEN"}
+    env["PATH"] = os.pathsep.join([scripts, os.environ.get("PATH", "")])
     return subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=env)
 
 
@@ -75,7 +77,7 @@ def run_up(args: argparse.Namespace) -> int:
     except ClusterFileError as exc:
         raise CliError(str(exc), 2) from exc
     data_dir: Path = args.data_dir.resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the database and every token
     url = f"http://{args.host}:{args.port}"
     database_url = f"sqlite:///{data_dir / 'colloc.db'}"
     auth = not settings_for(database_url).auth_disabled
@@ -122,6 +124,10 @@ def run_up(args: argparse.Namespace) -> int:
                     "--logs-dir",
                     str(data_dir / "logs" / node.name),
                     "--stop-jobs-on-exit",  # one machine: nothing outlives `colloc up`
+                    # one user: every job runs as whoever started `colloc up`, root included
+                    "--run-jobs-as",
+                    "agent",
+                    "--allow-root-jobs",
                     *(["--token-file", str(token_files[node.name])] if auth else []),
                 )
             )

@@ -67,11 +67,11 @@ class Notice(Strict):
     """Something the agent did or saw about an attempt; `seq` counts per attempt."""
 
     seq: int = Field(ge=1, le=1024)
-    kind: Literal["over_reservation"]
+    kind: Literal["over_reservation", "unassigned_gpu"]
     gpu_uuid: Uuid
     used_mib: MiB
     reserved_mib: MiB
-    action: Literal["warn", "kill"]
+    action: Literal["warn", "kill", "report", "stop"]  # enforcement's, GPU confinement's
     message: Text
 
 
@@ -105,6 +105,8 @@ class AttemptReport(Strict):
     current_mib_by_gpu: dict[Uuid, MiB] = Field(default_factory=dict, max_length=64)
     notices: list[Notice] = Field(default_factory=list, max_length=64)
     logs: list[LogChunk] = Field(default_factory=list, max_length=4)
+    # memory the attempt's processes hold on GPUs of this node it was not given
+    unassigned_mib_by_gpu: dict[Uuid, MiB] = Field(default_factory=dict, max_length=64)
 
 
 class Heartbeat(Strict):
@@ -119,6 +121,7 @@ class Assignment(BaseModel):
     env: dict[str, str]
     workdir: str | None
     gpu_uuids: list[str]
+    account: str  # the Unix account the job runs as (where the agent switches users)
     reserved_mib: int
     reserved_mib_by_gpu: dict[str, int]
 

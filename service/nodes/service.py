@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
+from service.auth.accounts import account_for
 from service.config import Settings
 from service.db import utcnow
 from service.errors import ApiError, not_found
@@ -139,8 +140,12 @@ def heartbeat(
         )
     node.state = "ready"
     node.last_heartbeat_at = now
+    unassigned: dict[str, int] = {}  # jobs' use of GPUs they were not given: not free
+    for report in body.attempts:
+        for uuid, mib in report.unassigned_mib_by_gpu.items():
+            unassigned[uuid] = unassigned.get(uuid, 0) + mib
     for state in body.gpus:
-        _update_gpu(session, node, gpus[state.uuid], state)
+        _update_gpu(session, node, gpus[state.uuid], state, unassigned.get(state.uuid, 0))
 
     reply = HeartbeatReply(
         assignments=[],
@@ -201,12 +206,15 @@ def heartbeat(
                 reason="stopped before it started",
             )
         else:
-            reply.assignments.append(_assignment(attempt))
+            reply.assignments.append(_assignment(session, attempt))
     return reply
 
 
-def _update_gpu(session: Session, node: Node, gpu: Gpu, state: GpuState) -> None:
-    """Take the agent's reading of a GPU; a change of health is an event."""
+def _update_gpu(
+    session: Session, node: Node, gpu: Gpu, state: GpuState, unassigned_mib: int
+) -> None:
+    """Take the agent's reading of a GPU; a change of health is an event. What jobs
+    hold on it without being placed there counts as foreign use."""
     if state.healthy != gpu.healthy:
         kind = "gpu.healthy" if state.healthy else "gpu.unhealthy"
         why = f": {state.health_reason}" if state.health_reason else ""
@@ -220,7 +228,7 @@ def _update_gpu(session: Session, node: Node, gpu: Gpu, state: GpuState) -> None
         )
     # readings are taken apart in time: kept within what the GPU can hold
     gpu.memory_used_mib = min(state.memory_used_mib, gpu.memory_total_mib)
-    gpu.memory_foreign_mib = min(state.memory_foreign_mib, gpu.memory_used_mib)
+    gpu.memory_foreign_mib = min(state.memory_foreign_mib + unassigned_mib, gpu.memory_used_mib)
     gpu.utilization_pct = state.utilization_pct
     gpu.memory_utilization_pct = state.memory_utilization_pct
     gpu.temperature_c = state.temperature_c
@@ -293,7 +301,7 @@ def _apply_exit(
     )
 
 
-def _assignment(attempt: Attempt) -> Assignment:
+def _assignment(session: Session, attempt: Attempt) -> Assignment:
     spec = attempt.job.spec
     gpus = sorted((a.gpu for a in attempt.allocations), key=lambda gpu: gpu.index)
     return Assignment(
@@ -303,6 +311,7 @@ def _assignment(attempt: Attempt) -> Assignment:
         env=spec.get("env") or {},
         workdir=spec.get("workdir"),
         gpu_uuids=[gpu.uuid for gpu in gpus],
+        account=account_for(session, attempt.job.owner),
         reserved_mib=attempt.reserved_mib,
         reserved_mib_by_gpu={a.gpu.uuid: a.reserved_mib for a in attempt.allocations},
     )

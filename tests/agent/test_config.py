@@ -45,6 +45,9 @@ def test_bad_settings_say_what_is_wrong(tmp_path: Path, text: str, problem: str)
 
 def test_token_file(tmp_path: Path) -> None:
     (tmp_path / "token").write_text("s3cret\n")
+    with pytest.raises(AgentConfigError, match=r"open to other users \(mode 0644\).*chmod 600"):
+        load_settings(None, {"token_file": tmp_path / "token"}).resolved_token()
+    (tmp_path / "token").chmod(0o600)
     assert load_settings(None, {"token_file": tmp_path / "token"}).resolved_token() == "s3cret"
     with pytest.raises(AgentConfigError, match="cannot read token_file"):
         load_settings(None, {"token_file": tmp_path / "none"}).resolved_token()

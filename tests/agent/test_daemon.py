@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from agent.accounts import Identity
 from agent.backends.simulated import SimulatedBackend
 from agent.cluster import parse_cluster
 from agent.daemon import Agent, AgentConfig
@@ -77,6 +78,7 @@ class FakeServer:
 def make_agent(tmp_path: Path, server: FakeServer, **config: Any) -> Agent:
     (node,) = parse_cluster({"nodes": [{"name": "n", "gpus": [{"model": "T4", "count": 1}]}]})
     backend = SimulatedBackend(node, tmp_path / "sim")
+    config.setdefault("identity", Identity("agent", allow_root_jobs=True))  # CI runs as root
     settings = AgentConfig(
         name="n",
         state_dir=tmp_path / "state",

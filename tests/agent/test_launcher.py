@@ -12,9 +12,13 @@ from pathlib import Path
 import pytest
 
 from agent import proctree
+from agent.accounts import Identity
 from agent.job import JobProcess, RunStore
 from agent.launcher import adopt, kill_if_overdue, launch, poll, supervisor_alive, terminate
 from agent.outcome import classify
+
+# the test's own account, root included (CI runs as root)
+OWN_ACCOUNT = Identity("agent", allow_root_jobs=True).resolve(None)
 
 
 def new_job(tmp_path: Path, job_id: int = 7, attempt: int = 2) -> tuple[RunStore, JobProcess]:
@@ -40,6 +44,8 @@ def start(tmp_path: Path, code: str, **env: str) -> tuple[RunStore, JobProcess]:
         env=env,
         workdir=str(tmp_path),
         extra_env={"SIM": "1"},
+        account=OWN_ACCOUNT,
+        work_root=tmp_path / "work",
     )
     return store, job
 
@@ -86,7 +92,16 @@ def test_job_sees_its_gpus_env_and_workdir_but_not_the_agent_token(
 
 def test_missing_command_is_a_failed_exit(tmp_path: Path) -> None:
     store, job = new_job(tmp_path)
-    launch(store=store, job=job, command=["/no/such/binary"], env={}, workdir=None, extra_env={})
+    launch(
+        store=store,
+        job=job,
+        command=["/no/such/binary"],
+        env={},
+        workdir=None,
+        extra_env={},
+        account=OWN_ACCOUNT,
+        work_root=tmp_path,
+    )
     wait(job)
     assert job.outcome == "failed" and job.exit_code == 127
     assert "cannot start '/no/such/binary'" in (job.reason or "")

@@ -65,11 +65,13 @@ class LocalColloc:
             "PATH": os.pathsep.join([scripts, os.environ.get("PATH", "")]),
         }
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.root / f"{name}.log", "ab")  # noqa: SIM115 (owned by the process)
         return subprocess.Popen(
             [sys.executable, "-m", "service.cli", *args],
-            env=self.env,
+            env=env or self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -99,7 +101,13 @@ class LocalColloc:
             self.start_agent(str(node["name"]))
 
     def start_agent(self, name: str, *extra: str) -> None:
-        """The node's agent; tests' agents stop their jobs when stopped (not when killed)."""
+        """The node's agent; tests' agents stop their jobs when stopped (not when killed).
+
+        Its token comes from a file of its own (never the admin's, never a flag); jobs
+        run as the test's own account, as in `colloc up` (root in CI)."""
+        token_file = self.root / f"agent-{name}.token"
+        token_file.touch(mode=0o600)
+        token_file.write_text(self.agent_tokens[name])
         self.agents[name] = self._spawn(
             f"agent-{name}",
             "agent",
@@ -118,9 +126,13 @@ class LocalColloc:
             "--max-backoff",
             "2",
             "--stop-jobs-on-exit",
-            "--token",
-            self.agent_tokens[name],
+            "--token-file",
+            str(token_file),
+            "--run-jobs-as",
+            "agent",
+            "--allow-root-jobs",
             *extra,
+            env={k: v for k, v in self.env.items() if k != "COLLOC_TOKEN"},
         )
 
     def kill_agent(self, name: str) -> None:

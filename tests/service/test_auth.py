@@ -36,6 +36,9 @@ MATRIX: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/admin/estimator"): ADMINS,
     ("POST", "/v1/admin/estimator/refit"): ADMINS,
     ("POST", "/v1/admin/estimator/activate"): ADMINS,
+    ("GET", "/v1/admin/accounts"): ADMINS,
+    ("PUT", "/v1/admin/accounts/{name}"): ADMINS,
+    ("DELETE", "/v1/admin/accounts/{name}"): ADMINS,
     ("GET", "/metrics"): ADMINS,
     ("GET", "/healthz"): ANYONE,
 }
@@ -70,7 +73,7 @@ def test_every_operation_refuses_the_roles_it_must(
     }
     assert operations == set(MATRIX), "classify every new endpoint in MATRIX"
     for (method, template), allowed in MATRIX.items():
-        path = template.format(job_id=job, node_id=node)
+        path = template.format(job_id=job, node_id=node, name="ana")
         for role in ANYONE:
             status = call(client, method, path, tokens.get(role))
             if role in allowed:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service.db import transaction
+from service.db import transaction, utcnow
 from service.scheduler.cycle import run_cycle
 from tests.conftest import register_node, submit
 
@@ -43,9 +44,15 @@ def running(job_id: int, attempt: int = 1, peak: int | None = None) -> dict[str,
 
 
 def exited(
-    job_id: int, attempt: int = 1, code: int = 0, outcome: str | None = None, peak: int = 1000
+    job_id: int,
+    attempt: int = 1,
+    code: int = 0,
+    outcome: str | None = None,
+    peak: int = 1000,
+    ran_s: float | None = None,
 ) -> dict[str, Any]:
-    return {
+    """An attempt's exit; `ran_s`: it started that long ago (if not reported running)."""
+    report = {
         "job_id": job_id,
         "attempt": attempt,
         "state": "exited",
@@ -53,6 +60,9 @@ def exited(
         "outcome": outcome,
         "peak_mib_by_gpu": {GPU0: peak},
     }
+    if ran_s is not None:
+        report["started_at"] = (utcnow() - timedelta(seconds=ran_s)).isoformat()
+    return report
 
 
 def job_of(client: TestClient, job_id: int) -> dict[str, Any]:
@@ -73,6 +83,7 @@ def test_placed_run_and_succeed(client: TestClient) -> None:
         "env": {"X": "1"},
         "workdir": None,
         "gpu_uuids": [GPU0],
+        "account": "admin",  # the owner's name: no mapping was set
         "reserved_mib": 5000,
         "reserved_mib_by_gpu": {GPU0: 5000},
     }
