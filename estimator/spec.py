@@ -34,10 +34,21 @@ class TransformerDims(Strict):
     tied_embeddings: bool = True
     dropout: bool = True  # dropout masks are kept for backward
     learned_positions: int = Field(default=0, ge=0, le=1 << 22)  # learned position table rows
+    # mixture of experts: each MLP is `experts` expert MLPs of width `expert_ffn_hidden`
+    # (default ffn_hidden), `experts_per_token` of them active per token, beside an
+    # always-active shared MLP of width `shared_expert_ffn` (0: none)
+    experts: int = Field(default=1, ge=1, le=4096)
+    experts_per_token: int = Field(default=1, ge=1, le=4096)
+    expert_ffn_hidden: int | None = Field(default=None, ge=1, le=1 << 20)
+    shared_expert_ffn: int = Field(default=0, ge=0, le=1 << 20)
 
     @model_validator(mode="after")
     def _heads_divide(self) -> TransformerDims:
         problems = []
+        if self.experts_per_token > self.experts:
+            problems.append(
+                f"experts_per_token ({self.experts_per_token}) exceeds experts ({self.experts})"
+            )
         if self.hidden % self.heads:
             problems.append(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if self.kv_heads is not None and self.heads % self.kv_heads:
@@ -55,6 +66,14 @@ class TransformerDims(Strict):
     @property
     def kv(self) -> int:
         return self.kv_heads or self.heads
+
+    @property
+    def moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def expert_ffn(self) -> int:
+        return self.expert_ffn_hidden or self.ffn
 
 
 class LayerSummary(Strict):
@@ -86,27 +105,72 @@ class ModelRef(Strict):
 
 
 class Parallelism(Strict):
+    """How one job's GPUs split the work. Data-like ranks are dp x cp: ZeRO/FSDP shards
+    over all of them (torchtitan's dp_shard x cp mesh, Megatron's data-parallel group
+    with context parallelism), or over groups of `dp_shard` of them (HSDP: shard within
+    a group, replicate across groups). Expert parallelism (`ep`) splits a mixture of
+    experts' experts over data-like ranks, as torchtitan and Megatron-core do."""
+
     dp: int = Field(default=1, ge=1, le=1 << 16)
     tp: int = Field(default=1, ge=1, le=1024)
     pp: int = Field(default=1, ge=1, le=1024)
     cp: int = Field(default=1, ge=1, le=1024)
-    zero_stage: int = Field(default=0, ge=0, le=3)  # FSDP = zero_stage 3 over dp
+    ep: int = Field(default=1, ge=1, le=4096)
+    zero_stage: int = Field(default=0, ge=0, le=3)  # FSDP = zero_stage 3 over dp x cp
+    dp_shard: int | None = Field(default=None, ge=1, le=1 << 16)  # HSDP shard group size
     pp_schedule: Literal["1f1b", "gpipe", "interleaved"] = "1f1b"
     microbatches: int | None = Field(default=None, ge=1, le=1 << 16)  # default: pp
     sequence_parallel: bool = False
 
+    @model_validator(mode="after")
+    def _groups_divide(self) -> Parallelism:
+        problems = []
+        data_like = self.dp * self.cp
+        if self.dp_shard is not None:
+            if self.zero_stage == 0:
+                problems.append("dp_shard needs zero_stage 1-3 (it is the ZeRO/FSDP shard group)")
+            if data_like % self.dp_shard:
+                problems.append(f"dp_shard ({self.dp_shard}) must divide dp x cp ({data_like})")
+        if data_like % self.ep:
+            problems.append(f"ep ({self.ep}) must divide dp x cp ({data_like})")
+        elif self.zero_stage and self.shard_group % self.ep:
+            problems.append(f"ep ({self.ep}) must divide the shard group ({self.shard_group})")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def shard_group(self) -> int:
+        """Ranks that ZeRO/FSDP shards model states over (1 without ZeRO)."""
+        if self.zero_stage == 0:
+            return 1
+        return self.dp_shard or self.dp * self.cp
+
 
 class TrainingSpec(Strict):
     model: ModelRef
-    batch_size: int = Field(ge=1, le=1 << 20)  # per-GPU micro-batch
+    # per-GPU micro-batch: under pipeline parallelism one micro-batch of the step, the
+    # step holding `parallelism.microbatches` of them
+    batch_size: int = Field(ge=1, le=1 << 20)
     seq_len: int | None = Field(default=None, ge=1, le=1 << 24)
     image_size: int | None = Field(default=None, ge=1, le=1 << 15)
     precision: Precision = "fp32"
     optimizer: Optimizer = "adamw"
+    # selective: op-level selective checkpointing as torchtitan applies it (each block
+    # saves its input, every other matmul output and the fused attention output, and
+    # recomputes the rest); with `checkpoint_every`, torchtitan's layer-wise form instead:
+    # every n-th block fully checkpointed, the others keep everything
     activation_checkpointing: Checkpointing = "none"
+    checkpoint_every: int | None = Field(default=None, ge=1, le=1024)
     flash_attention: bool = False  # attention without the s^2 score tensors
     master_weights: bool = True  # fp16/bf16/fp8: keep fp32 master weights in the optimizer
     parallelism: Parallelism = Parallelism()
+
+    @model_validator(mode="after")
+    def _checkpoint_every_is_selective(self) -> TrainingSpec:
+        if self.checkpoint_every is not None and self.activation_checkpointing != "selective":
+            raise ValueError("checkpoint_every needs activation_checkpointing: selective")
+        return self
 
 
 def validation_problems(error: Exception) -> list[str]:

@@ -57,3 +57,38 @@ def dims_from_hf_config(config: dict[str, Any]) -> TransformerDims:
         dropout=model_type not in _NO_DROPOUT,
         learned_positions=positions,
     )
+
+
+# Mixture-of-experts keys by family: Mixtral, Phi-3.5-MoE and GPT-OSS
+# `num_local_experts`; Qwen2/3-MoE and OLMoE `num_experts`; DeepSeek-V2/V3
+# `n_routed_experts`. Expert width: `moe_intermediate_size` where the family has it
+# (Qwen-MoE, DeepSeek), else `intermediate_size` (Mixtral, OLMoE, Phi-MoE).
+_EXPERTS = ("num_local_experts", "num_experts", "n_routed_experts")
+_EXPERTS_PER_TOKEN = ("num_experts_per_tok", "experts_per_token", "moe_top_k")
+
+
+def moe_from_hf_config(config: dict[str, Any]) -> dict[str, Any]:
+    """TransformerDims fields of a mixture-of-experts config ({} for a dense model).
+
+    Every listed family uses gated (SwiGLU) experts. The shared expert is Qwen2-MoE's
+    `shared_expert_intermediate_size` or DeepSeek's `n_shared_experts` experts of
+    `moe_intermediate_size`. ValueError for a config that names experts but not how
+    many are active per token.
+    """
+    experts = _first(config, _EXPERTS)
+    if experts is None or int(experts) <= 1:
+        return {}
+    active = _first(config, _EXPERTS_PER_TOKEN)
+    if active is None:
+        raise ValueError(f"hf_config has {experts} experts but no {' / '.join(_EXPERTS_PER_TOKEN)}")
+    width = _first(config, ("moe_intermediate_size", "intermediate_size"))
+    shared = int(config.get("shared_expert_intermediate_size") or 0)
+    if not shared and config.get("n_shared_experts") and width:
+        shared = int(config["n_shared_experts"]) * int(width)
+    return {
+        "experts": int(experts),
+        "experts_per_token": int(active),
+        "expert_ffn_hidden": int(width) if width else None,
+        "shared_expert_ffn": shared,
+        "gated_mlp": True,
+    }

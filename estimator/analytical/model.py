@@ -4,29 +4,34 @@ Peak = weights + gradients + optimizer state + the larger of (activations while
 backward starts, optimizer-step temporaries) + CUDA context + caching-allocator slack.
 Counting all gradients beside all activations is deliberately pessimistic: backward
 frees activations as it creates gradients, and the learned part corrects the excess.
+
+Model states are sharded as ZeRO (Rajbhandari et al. 2020) and FSDP do it, over the
+job's data-like ranks (`Parallelism.shard_group`); a routed expert's states over the
+data-like ranks that hold the same experts (shard group / ep: torchtitan's
+`dp_shard_mod_ep` mesh, Megatron-core's expert data-parallel group).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
 
 from estimator.analytical.context import context_mib
-from estimator.analytical.hf import dims_from_hf_config
+from estimator.analytical.hf import dims_from_hf_config, moe_from_hf_config
 from estimator.analytical.precision import (
     adafactor_state_elements,
+    fp8_cast_bytes,
     optimizer_state_bytes,
     optimizer_step_temp_bytes,
     state_bytes,
 )
-from estimator.analytical.transformer import (
-    layer_params,
-    total_params,
-    transformer_memory,
-)
+from estimator.analytical.transformer import total_params, transformer_memory
 from estimator.catalog import UnknownModelError, lookup
 from estimator.gpus import GpuModel
-from estimator.spec import TrainingSpec, TransformerDims
+from estimator.spec import TrainingSpec, TransformerDims, validation_problems
 
 MIB = 1024 * 1024
 
@@ -74,6 +79,19 @@ def _transformer_shape(name: str, params: int, dims: TransformerDims) -> ModelSh
     )
 
 
+def hf_dims(config: dict[str, Any]) -> TransformerDims:
+    """TransformerDims of a Hugging Face config, experts included (ValueError if it
+    cannot be read)."""
+    dims = dims_from_hf_config(config)
+    moe = moe_from_hf_config(config)
+    if not moe:
+        return dims
+    try:
+        return TransformerDims.model_validate({**dims.model_dump(), **moe})
+    except ValidationError as exc:
+        raise ValueError("; ".join(validation_problems(exc))) from exc
+
+
 def resolve(spec: TrainingSpec) -> ModelShape:
     """The model of `spec`, however it is named; SpecError if it cannot be found."""
     ref = spec.model
@@ -82,7 +100,7 @@ def resolve(spec: TrainingSpec) -> ModelShape:
         return _transformer_shape("transformer", total_params(dims), dims)
     if ref.hf_config is not None:
         try:
-            dims = dims_from_hf_config(ref.hf_config)
+            dims = hf_dims(ref.hf_config)
         except ValueError as exc:
             raise SpecError([f"model.hf_config: {exc}"]) from exc
         return _transformer_shape("hf_config", total_params(dims), dims)
@@ -105,9 +123,7 @@ def resolve(spec: TrainingSpec) -> ModelShape:
     except UnknownModelError as exc:
         raise SpecError([f"model.catalog: {exc}"]) from exc
     if entry.hf_config is not None:
-        return _transformer_shape(
-            entry.qualified_name, entry.params, dims_from_hf_config(entry.hf_config)
-        )
+        return _transformer_shape(entry.qualified_name, entry.params, hf_dims(entry.hf_config))
     layers = sum(n for kind, n in entry.layers.items() if kind in ("conv2d", "linear")) or 1
     return ModelShape(
         entry.qualified_name,
@@ -139,8 +155,14 @@ def check(spec: TrainingSpec, shape: ModelShape) -> None:
             problems.append(f"parallelism.pp ({par.pp}) exceeds the layers ({dims.layers})")
         if spec.seq_len is not None and spec.seq_len % par.cp:
             problems.append(f"parallelism.cp ({par.cp}) must divide seq_len ({spec.seq_len})")
+        if par.ep > 1 and not dims.moe:
+            problems.append(f"parallelism.ep ({par.ep}) needs a mixture-of-experts model")
+        elif dims.experts % par.ep:
+            problems.append(f"parallelism.ep ({par.ep}) must divide experts ({dims.experts})")
     else:
-        splits = [f"{k}={getattr(par, k)}" for k in ("tp", "pp", "cp") if getattr(par, k) > 1]
+        splits = [f"{k}={getattr(par, k)}" for k in ("tp", "pp", "cp", "ep") if getattr(par, k) > 1]
+        if spec.checkpoint_every is not None:
+            splits.append("checkpoint_every")
         if splits or par.sequence_parallel:
             problems.append(
                 f"{', '.join(splits) or 'sequence_parallel'} needs a transformer model "
@@ -210,52 +232,107 @@ def communicates(spec: TrainingSpec) -> bool:
     return par.dp * par.tp * par.pp * par.cp > 1
 
 
+@dataclass(frozen=True)
+class _Params:
+    """Parameters on this GPU before ZeRO sharding, split by how they are sharded."""
+
+    dense: float
+    experts: float  # routed experts: sharded over the shard group / ep
+    unit: float  # the largest FSDP unit, gathered whole while it computes
+    stage: float  # all of this pipeline stage's parameters
+
+
+def _model_states(
+    spec: TrainingSpec, params: _Params, matrices: int
+) -> tuple[float, float, float, float]:
+    """Weights, gradients, optimizer state and optimizer-step temporaries, in bytes.
+
+    ZeRO stage 1 shards optimizer states, 2 gradients too, 3 (= FSDP) the parameters,
+    gathering a unit at a time and prefetching the next (2 units of weights), while the
+    finished unit's gradients wait to be reduce-scattered (one unit, in compute and in
+    reduce precision). FSDP2 keeps the fp32 master copy as the sharded parameter
+    itself (torchtitan: fp32 parameters, bf16 `param_dtype`). Combined with pipeline
+    parallelism a stage's parameters stay gathered and its gradients unsharded through
+    the whole micro-batch loop: torch.distributed.pipelining syncs and reshards FSDP
+    gradients only on the last micro-batch's backward (`set_requires_gradient_sync`,
+    `set_reshard_after_backward`) and torchtitan turns `reshard_after_forward` off
+    under PP; ZeRO-2's gradient shards likewise wait for the last micro-batch.
+    """
+    par, stage = spec.parallelism, spec.parallelism.zero_stage
+    sizes = state_bytes(spec.precision, spec.master_weights)
+    shard = par.shard_group
+    expert_shard = max(1, shard // par.ep)
+
+    def sharded(per_param: float, from_stage: int) -> float:
+        if stage < from_stage:
+            return (params.dense + params.experts) * per_param
+        return params.dense * per_param / shard + params.experts * per_param / expert_shard
+
+    total = params.dense + params.experts
+    moments = optimizer_state_bytes(spec.optimizer, spec.precision, spec.master_weights)
+    fsdp = stage >= 3 and shard > 1
+    pipelined = par.pp > 1
+    if stage >= 3:
+        # the sharded parameter is the master copy where there is one
+        weights = sharded(sizes.master or sizes.weights, 3)
+        optimizer = sharded(moments, 1)
+    else:
+        weights = total * sizes.weights
+        optimizer = sharded(moments + sizes.master, 1)
+    weights += total * sizes.autocast_cache
+    gradients = sharded(sizes.gradients, 2 if not (pipelined and stage == 2) else 4)
+    if fsdp and pipelined:
+        weights += params.stage * sizes.weights
+        gradients += params.stage * sizes.gradients
+    elif fsdp:
+        weights += 2 * params.unit * sizes.weights
+        gradients += params.unit * (sizes.weights + sizes.gradients)
+    if spec.optimizer == "adafactor":
+        optimizer += adafactor_state_elements(int(total), matrices) * 4 / max(1, shard)
+    step_temp = sharded(optimizer_step_temp_bytes(spec.optimizer), 1)
+    return weights, gradients, optimizer, step_temp
+
+
 def breakdown(
     spec: TrainingSpec, gpu: GpuModel | None, shape: ModelShape | None = None
 ) -> Breakdown:
     """The analytical peak of `spec` on one GPU of model `gpu` (None: unknown model)."""
     shape = shape or resolve(spec)
     check(spec, shape)
-    par = spec.parallelism
     sizes = state_bytes(spec.precision, spec.master_weights)
     if shape.dims is not None:
         assert spec.seq_len is not None
+        dims, par = shape.dims, spec.parallelism
         memory = transformer_memory(
-            shape.dims,
+            dims,
             spec.seq_len,
             spec.batch_size,
             sizes.activation,
             spec.flash_attention,
             spec.activation_checkpointing,
             par,
+            spec.checkpoint_every,
         )
         # the catalog's exact count (from the real module) scales the formula's split
-        params = memory.params_local * shape.params / total_params(shape.dims)
+        scale = shape.params / total_params(dims)
+        params = _Params(
+            memory.params_local * scale,
+            memory.expert_params_local * scale,
+            memory.unit_params * scale,
+            memory.stage_params * scale,
+        )
         matrices = memory.matrices_local
-        activations = memory.activation_bytes
-        fsdp_unit = layer_params(shape.dims) / par.tp
+        tokens = math.ceil(spec.seq_len / par.cp) * spec.batch_size
+        widest = max(dims.hidden, dims.expert_ffn if dims.moe else dims.ffn)
+        casts = fp8_cast_bytes(spec.precision, params.unit, tokens * widest / par.tp)
+        activations = memory.activation_bytes + casts
     else:
-        params = float(shape.params)
+        total = float(shape.params)
+        unit = total / max(shape.layer_count, 1)
+        params = _Params(total, 0.0, unit, total)
         matrices = shape.matrices
         activations = _activation_bytes(spec, shape, sizes.activation)
-        fsdp_unit = params / max(shape.layer_count, 1)
-
-    # ZeRO (Rajbhandari et al. 2020): stage 1 shards optimizer states over dp, stage 2
-    # gradients too, stage 3 (= FSDP) the parameters, gathering a unit at a time (and
-    # prefetching the next one).
-    dp, stage = par.dp, par.zero_stage
-    shard_o = dp if stage >= 1 else 1
-    shard_g = dp if stage >= 2 else 1
-    shard_w = dp if stage >= 3 else 1
-    weights = params * sizes.weights / shard_w + params * sizes.autocast_cache
-    if stage >= 3 and dp > 1:
-        weights += 2 * fsdp_unit * sizes.weights
-    gradients = params * sizes.gradients / shard_g
-    state = optimizer_state_bytes(spec.optimizer, spec.precision, spec.master_weights)
-    optimizer = params * (state + sizes.master) / shard_o
-    if spec.optimizer == "adafactor":
-        optimizer += adafactor_state_elements(int(params), matrices) * 4 / shard_o
-    step_temp = params * optimizer_step_temp_bytes(spec.optimizer) / shard_o
+    weights, gradients, optimizer, step_temp = _model_states(spec, params, matrices)
     dynamic = max(activations, step_temp)
     allocator = ALLOCATOR_FRACTION * (dynamic + gradients)
     return Breakdown(

@@ -3,7 +3,11 @@
 Model states follow Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward
 Training Trillion Parameter Models", section 3.1: mixed-precision Adam keeps 2 bytes of
 fp16 weights, 2 of fp16 gradients and K = 12 bytes of fp32 master weights, momentum
-and variance per parameter. torch.autocast (`amp_*`) keeps fp32 parameters and
+and variance per parameter. bf16 training with master weights accumulates gradients in
+fp32 instead (4 bytes): Megatron-LM's main grads (`accumulate_allreduce_grads_in_fp32`
+is on for bf16; Megatron Core docs, "Distributed Optimizer": 18 bytes per parameter,
+6 + 12/d distributed), torchtitan's FSDP2 (fp32 parameters, `reduce_dtype` fp32) and
+DeepSpeed's bf16 optimizer. torch.autocast (`amp_*`) keeps fp32 parameters and
 gradients and casts weights to 16 bits inside the forward pass (the cast copies are
 cached until autocast exits; PyTorch docs, "Automatic Mixed Precision").
 """
@@ -29,12 +33,21 @@ def state_bytes(precision: Precision, master_weights: bool) -> StateBytes:
         return StateBytes(4, 4, 0, 0, 4)
     if precision in ("amp_fp16", "amp_bf16"):
         return StateBytes(4, 4, 0, 2, 2)
-    master = 4.0 if master_weights else 0.0
-    if precision == "fp8":
-        # Transformer Engine: bf16 weights plus an fp8 copy; fp8 inputs saved for the
-        # matmuls, bf16 elsewhere (NVIDIA Transformer Engine docs, "FP8 primer").
-        return StateBytes(3, 2, master, 0, 1.5)
-    return StateBytes(2, 2, master, 0, 2)  # fp16 / bf16
+    if not master_weights:
+        return StateBytes(2, 2, 0, 0, 2)  # pure 16-bit training
+    if precision == "fp16":
+        return StateBytes(2, 2, 4, 0, 2)  # ZeRO's mixed-precision layout
+    # bf16, and fp8 as torchao's Float8Linear trains it: bf16 weights and activations,
+    # each matmul casting its input and weight to float8 on the fly and saving the bf16
+    # input for backward (torchao float8_linear.py, `matmul_with_hp_or_float8_args`;
+    # the casts are transient, `fp8_cast_bytes`)
+    return StateBytes(2, 4, 4, 0, 2)
+
+
+def fp8_cast_bytes(precision: Precision, block_params: float, matmul_input: float) -> float:
+    """Float8 copies alive while one block computes: its weights and the largest matmul
+    input, one byte each (torchao Float8Linear casts per matmul and keeps no copy)."""
+    return block_params + matmul_input if precision == "fp8" else 0.0
 
 
 def optimizer_state_bytes(

@@ -1,13 +1,22 @@
-"""Transformer parameters and saved activations.
+"""Transformer parameters and saved activations on the busiest GPU of a parallel job.
 
-Activations follow Korthikanti et al. 2022, "Reducing Activation Recomputation in
-Large Transformer Models", section 4: per layer and 16-bit activations,
-`s*b*h*(34 + 5*a*s/h)` bytes without parallelism, of which `10*s*b*h` stay replicated
-under tensor parallelism unless sequence parallelism splits them too; selective
-recomputation drops the `5*a*s/h` attention-score term, full recomputation keeps only
-each layer's input. Here the same terms are counted in elements (times the activation
-width) and masks (1 byte), so fp32, grouped-query attention (K and V scaled by
-kv_heads/heads), gated MLPs and flash attention (no s^2 scores; Dao et al. 2022) fit in.
+Without checkpointing, activations follow Korthikanti et al. 2022, "Reducing Activation
+Recomputation in Large Transformer Models", section 4: per layer and 16-bit activations,
+`s*b*h*(34 + 5*a*s/h)` bytes, of which `10*s*b*h` stay replicated under tensor
+parallelism unless sequence parallelism splits them too. The same terms are counted in
+elements (times the activation width) and masks (1 byte), so fp32, grouped-query
+attention (K and V scaled by kv_heads/heads), gated MLPs, mixtures of experts and flash
+attention (no s^2 scores; Dao et al. 2022) fit in.
+
+Selective checkpointing is op-level, as torchtitan applies it
+(torchtitan/distributed/activation_checkpoint.py, `_apply_op_sac`): inside each
+checkpointed block only the outputs of ops in its save list are kept (`aten.mm` except
+every second one counted from the block's start, the fused attention kernels,
+`all_to_all_single`); everything else is recomputed in backward. Korthikanti's
+attention-only form (drop the s^2 scores) is what this reduces to without flash
+attention's fused kernel, and saves nothing more once flash attention is on. Megatron-LM's
+`--recompute-granularity selective` with `--recompute-modules` recomputes whole modules
+the same way. Full checkpointing keeps only each block's input.
 """
 
 from __future__ import annotations
@@ -18,11 +27,27 @@ from dataclasses import dataclass
 from estimator.spec import Parallelism, TransformerDims
 
 
+def _mlp_matrices(dims: TransformerDims) -> int:
+    return 3 if dims.gated_mlp else 2
+
+
+def expert_layer_params(dims: TransformerDims) -> int:
+    """Every routed expert's weights in one block (0 for a dense model)."""
+    if not dims.moe:
+        return 0
+    return dims.experts * _mlp_matrices(dims) * dims.hidden * dims.expert_ffn
+
+
 def layer_params(dims: TransformerDims) -> int:
-    """Weights and biases of one block: attention, MLP and two norms."""
+    """Weights and biases of one block: attention, MLP (or router, experts and shared
+    expert) and two norms."""
     h, kv_width = dims.hidden, dims.hidden * dims.kv // dims.heads
     attention = h * (h + 2 * kv_width) + h * h + (h + 2 * kv_width) + h
-    mlp = (3 if dims.gated_mlp else 2) * h * dims.ffn + dims.ffn + h
+    if dims.moe:
+        shared = _mlp_matrices(dims) * h * dims.shared_expert_ffn
+        mlp = h * dims.experts + shared + expert_layer_params(dims)
+    else:
+        mlp = _mlp_matrices(dims) * h * dims.ffn + dims.ffn + h
     return attention + mlp + 4 * h
 
 
@@ -44,6 +69,39 @@ class LayerActivations:
     sharded: float  # split over tensor-parallel ranks
 
 
+def _matmul_outputs(dims: TransformerDims) -> list[float]:
+    """Widths per token of a block's `aten.mm` outputs, in forward order: Q, K, V and
+    the output projection, then the MLP's (w1, w3, w2 when gated), or for a mixture of
+    experts the router and the shared expert's (the routed experts run as grouped
+    matmuls, `aten._grouped_mm`, which torchtitan's save list leaves out)."""
+    h, kv_width = dims.hidden, dims.hidden * dims.kv / dims.heads
+    attention = [h, kv_width, kv_width, h]
+    if dims.moe:
+        shared = dims.shared_expert_ffn
+        mlp = [float(dims.experts)]
+        if shared:
+            mlp += [shared, shared, h] if dims.gated_mlp else [shared, h]
+    else:
+        mlp = [dims.ffn, dims.ffn, h] if dims.gated_mlp else [dims.ffn, h]
+    return [*attention, *mlp]
+
+
+def _kept_by_op_sac(
+    dims: TransformerDims, tokens: int, element_bytes: float, flash: bool, expert_parallel: bool
+) -> LayerActivations:
+    """What torchtitan's op-level policy keeps of one block: its input, every other
+    matmul output (the first, third, ...), the fused attention output and, under expert
+    parallelism, the two all-to-all outputs (routed tokens out and back)."""
+    saved = sum(_matmul_outputs(dims)[0::2])
+    if flash:
+        saved += dims.hidden
+    if dims.moe and expert_parallel:
+        saved += 2 * dims.experts_per_token * dims.hidden
+    return LayerActivations(
+        replicated=tokens * dims.hidden * element_bytes, sharded=tokens * saved * element_bytes
+    )
+
+
 def layer_activation_bytes(
     dims: TransformerDims,
     seq_len: int,
@@ -51,20 +109,31 @@ def layer_activation_bytes(
     element_bytes: float,
     flash_attention: bool,
     checkpointing: str,
+    expert_parallel: bool = False,
 ) -> LayerActivations:
     """One layer's saved activations (Korthikanti et al. 2022, eq. 1-2 generalised)."""
     s, b, h, a = seq_len, batch, dims.hidden, dims.heads
-    sbh = s * b * h
+    tokens = s * b
     if checkpointing == "full":
-        return LayerActivations(replicated=sbh * element_bytes, sharded=0.0)
+        return LayerActivations(replicated=tokens * h * element_bytes, sharded=0.0)
+    if checkpointing == "selective":
+        return _kept_by_op_sac(dims, tokens, element_bytes, flash_attention, expert_parallel)
     mask = 1.0 if dims.dropout else 0.0
     kv_share = dims.kv / dims.heads
     # replicated: inputs of both norms, of the QKV projection and of the MLP; 2 masks
-    replicated = 4 * sbh * element_bytes + 2 * sbh * mask
+    replicated = 4 * tokens * h * element_bytes + 2 * tokens * h * mask
     # sharded: Q, K, V, attention output; the MLP intermediates (2 per ffn unit, 4 gated)
-    mlp_elements = (4 if dims.gated_mlp else 2) * s * b * dims.ffn
-    sharded = (2 + 2 * kv_share) * sbh * element_bytes + mlp_elements * element_bytes
-    if not flash_attention and checkpointing == "none":
+    per_unit = 4 if dims.gated_mlp else 2
+    if dims.moe:
+        # router probabilities (fp32 softmax); per routed token the expert's input copy,
+        # its intermediates and its output (kept to weight the combine); shared expert
+        replicated += tokens * dims.experts * 4
+        routed = dims.experts_per_token * (2 * h + per_unit * dims.expert_ffn)
+        mlp_elements = tokens * (routed + per_unit * dims.shared_expert_ffn)
+    else:
+        mlp_elements = tokens * per_unit * dims.ffn
+    sharded = (2 + 2 * kv_share) * tokens * h * element_bytes + mlp_elements * element_bytes
+    if not flash_attention:
         scores = a * s * s * b
         # softmax output and dropout output (16-bit each) plus the dropout mask
         sharded += scores * (element_bytes * (2 if dims.dropout else 1) + mask)
@@ -92,9 +161,19 @@ def in_flight_microbatches(parallel: Parallelism) -> float:
 
 @dataclass(frozen=True)
 class TransformerMemory:
-    params_local: float  # parameters held by the busiest rank before ZeRO sharding
+    """Parameters (before ZeRO sharding) and activations on the busiest rank."""
+
+    params_local: float  # dense parameters: attention, norms, embeddings, router
+    expert_params_local: float  # routed experts' parameters (this rank's 1/ep of them)
+    stage_params: float  # everything this pipeline stage holds (FSDP + PP keeps it whole)
+    unit_params: float  # the largest FSDP unit: one block, or the embedding table
     matrices_local: int
     activation_bytes: float
+
+
+def _per_layer(layer: LayerActivations, tp: int, sequence_parallel: bool) -> float:
+    split = tp if sequence_parallel else 1
+    return layer.replicated / split + layer.sharded / tp
 
 
 def transformer_memory(
@@ -105,43 +184,59 @@ def transformer_memory(
     flash_attention: bool,
     checkpointing: str,
     parallel: Parallelism,
+    checkpoint_every: int | None = None,
 ) -> TransformerMemory:
     """Parameters and activations on the busiest GPU: the worse of the first pipeline
-    stage (embedding, most micro-batches in flight) and the last (the logits)."""
-    t, p = parallel.tp, parallel.pp
+    stage (embedding, most micro-batches in flight) and the last (the logits).
+
+    Context parallelism splits the sequence over `cp` ranks (ring attention keeps one
+    peer's K and V in flight, a block's worth at most); `checkpoint_every` is the
+    layer-wise selective form: one block in n fully checkpointed, the rest keep all.
+    """
+    t, p, sp = parallel.tp, parallel.pp, parallel.sequence_parallel
     s_local = math.ceil(seq_len / parallel.cp)
     layers_per_stage = math.ceil(dims.layers / p)
-    layer = layer_activation_bytes(
-        dims, s_local, batch, element_bytes, flash_attention, checkpointing
-    )
-    split = t if parallel.sequence_parallel else 1
-    per_layer = layer.replicated / split + layer.sharded / t
-    if checkpointing == "full":
-        # the recomputed layer's activations exist during its backward
-        full = layer_activation_bytes(dims, s_local, batch, element_bytes, flash_attention, "none")
-        recompute = full.replicated / split + full.sharded / t
+    ep = parallel.ep > 1
+
+    def layer(mode: str) -> float:
+        return _per_layer(
+            layer_activation_bytes(
+                dims, s_local, batch, element_bytes, flash_attention, mode, expert_parallel=ep
+            ),
+            t,
+            sp,
+        )
+
+    whole = layer("none")
+    if checkpoint_every is not None:
+        full_layers = layers_per_stage // checkpoint_every
+        stage_layers = (layers_per_stage - full_layers) * whole + full_layers * layer("full")
+        recompute = whole - layer("full") if full_layers else 0.0
     else:
-        recompute = 0.0
+        kept = layer(checkpointing)
+        stage_layers = layers_per_stage * kept
+        # a checkpointed block's dropped activations exist again during its backward
+        recompute = whole - kept
+    split = t if sp else 1
     sbh = s_local * batch * dims.hidden
     embedding = sbh * element_bytes / split + (sbh / split if dims.dropout else 0.0)
-    # logits (activation width), their fp32 upcast for the loss and its softmax: vocab
-    # split over tensor-parallel ranks (Megatron's vocab-parallel cross entropy)
-    logits = s_local * batch * dims.vocab / t * (element_bytes + 8)
+    # the loss: forward holds the logits (activation width), their fp32 upcast and its
+    # log-softmax; backward the fp32 log-softmax output, its gradient and the input's
+    # gradient (`_log_softmax_backward_data` reads the output): 12 bytes per logit at
+    # least. Vocab split over tensor-parallel ranks (Megatron's vocab-parallel cross
+    # entropy, torchtitan's loss_parallel)
+    logits = s_local * batch * dims.vocab / t * max(element_bytes + 8, 12)
     # backward holds the gradients of the largest tensor's input and output at once
-    largest = s_local * batch * dims.ffn
+    largest = s_local * batch * (dims.expert_ffn if dims.moe else dims.ffn)
     if not flash_attention and checkpointing == "none":
         largest = max(largest, dims.heads * s_local * seq_len * batch)
     transient = 2 * largest / t * element_bytes
-    first = (
-        layers_per_stage * per_layer * in_flight_microbatches(parallel)
-        + embedding
-        + recompute
-        + transient
-    )
-    last = layers_per_stage * per_layer + logits + recompute + transient
+    first = stage_layers * in_flight_microbatches(parallel) + embedding + recompute + transient
+    last = stage_layers + logits + recompute + transient
     activations = max(first, last) if p > 1 else first + logits
 
-    block = layer_params(dims) / t
+    experts = expert_layer_params(dims) / (t * parallel.ep)
+    block = (layer_params(dims) - expert_layer_params(dims)) / t
     embed_rows = dims.vocab * dims.hidden / t + dims.learned_positions * dims.hidden
     head = 0.0 if dims.tied_embeddings and p == 1 else dims.vocab * dims.hidden / t
     stage_params = layers_per_stage * block
@@ -150,5 +245,18 @@ def transformer_memory(
     params_local = (
         params_first + head + 2 * dims.hidden if p == 1 else max(params_first, params_last)
     )
-    matrices = layers_per_stage * (7 if dims.gated_mlp else 6) + 2
-    return TransformerMemory(params_local, matrices, activations)
+    expert_local = layers_per_stage * experts
+    if dims.moe:  # attention, router, this rank's experts, the shared expert
+        mlps = dims.experts // parallel.ep + (1 if dims.shared_expert_ffn else 0)
+        per_block = 5 + _mlp_matrices(dims) * mlps
+    else:
+        per_block = 4 + _mlp_matrices(dims)
+    matrices = layers_per_stage * per_block + 2
+    return TransformerMemory(
+        params_local=params_local,
+        expert_params_local=expert_local,
+        stage_params=params_local + expert_local,
+        unit_params=max(block + experts, dims.vocab * dims.hidden / t),
+        matrices_local=matrices,
+        activation_bytes=activations,
+    )

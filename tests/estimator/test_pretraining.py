@@ -1,0 +1,271 @@
+"""LLM pre-training terms against hand-computed values from the formulas they cite."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from estimator.analytical.hf import moe_from_hf_config
+from estimator.analytical.model import MIB, SpecError, breakdown, resolve
+from estimator.analytical.transformer import layer_activation_bytes, total_params
+from estimator.spec import Parallelism, TrainingSpec, TransformerDims
+
+# Llama-3.1-8B (meta-llama/Llama-3.1-8B config.json)
+LLAMA_8B = TransformerDims(
+    layers=32,
+    hidden=4096,
+    heads=32,
+    kv_heads=8,
+    ffn_hidden=14336,
+    vocab=128256,
+    gated_mlp=True,
+    tied_embeddings=False,
+    dropout=False,
+)
+# Mixtral-8x7B (mistralai/Mixtral-8x7B-v0.1 config.json)
+MIXTRAL = {
+    "model_type": "mixtral",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "intermediate_size": 14336,
+    "vocab_size": 32000,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "tie_word_embeddings": False,
+}
+SEQ = 8192
+
+
+def llama_spec(**kw: Any) -> TrainingSpec:
+    body: dict[str, Any] = {
+        "model": {"transformer": LLAMA_8B.model_dump()},
+        "batch_size": 1,
+        "seq_len": SEQ,
+        "precision": "bf16",
+        "optimizer": "adamw",
+        "flash_attention": True,
+        "activation_checkpointing": "selective",
+        "parallelism": {"dp": 8, "zero_stage": 3},
+        **kw,
+    }
+    return TrainingSpec.model_validate(body)
+
+
+def test_llama_8b_parameter_count_is_the_published_one() -> None:
+    # 8.03 B published; the formula also counts biases Llama does not have (< 0.1%)
+    assert total_params(LLAMA_8B) == pytest.approx(8.03e9, rel=1e-3)
+
+
+def test_llama_8b_fsdp_model_states_on_8_gpus() -> None:
+    terms = breakdown(llama_spec(), None)
+    params = total_params(LLAMA_8B)
+    # the largest FSDP unit is the 128256 x 4096 embedding (or output) table
+    unit = 128256 * 4096
+    # FSDP2 as torchtitan runs it: fp32 sharded parameter, fp32 gradient and two fp32
+    # AdamW moments over 8 ranks; gathered bf16 unit plus its prefetch; one unit's
+    # unsharded gradient in bf16 and in fp32 for the reduce-scatter
+    assert terms.weights == pytest.approx((params * 4 / 8 + 2 * unit * 2) / MIB)
+    assert terms.gradients == pytest.approx((params * 4 / 8 + unit * (2 + 4)) / MIB)
+    assert terms.optimizer == pytest.approx(params * 8 / 8 / MIB)
+
+
+def test_op_level_sac_keeps_every_other_matmul_output() -> None:
+    s, b, h = SEQ, 1, 4096
+    kept = layer_activation_bytes(LLAMA_8B, s, b, 2.0, True, "selective")
+    # block input; matmuls q, k, v, o, w1, w3, w2 -> q, v, w1, w2 kept; the flash
+    # attention output: 4096 + 4096 + 1024 + 14336 + 4096 + 4096 elements per token
+    assert kept.replicated + kept.sharded == pytest.approx(31744 * 2 * s * b)
+    whole = layer_activation_bytes(LLAMA_8B, s, b, 2.0, True, "none")
+    # Korthikanti's 34 s b h with GQA (K, V at 1/4) and SwiGLU (4 ffn-wide tensors)
+    expected = (8 * h + 5 * h + 8 * 14336) * s * b
+    assert whole.replicated + whole.sharded == pytest.approx(expected)
+    full = layer_activation_bytes(LLAMA_8B, s, b, 2.0, True, "full")
+    assert full.replicated + full.sharded < kept.replicated + kept.sharded < expected
+
+
+def test_llama_8b_activations_with_sac() -> None:
+    terms = breakdown(llama_spec(), None)
+    s = SEQ
+    kept, whole = 31744 * 2 * s, (8 * 4096 + 5 * 4096 + 8 * 14336) * s
+    expected = (
+        32 * kept  # every block's kept tensors
+        + 4096 * 2 * s  # the embedding output
+        + (whole - kept)  # one block's recomputed tensors during its backward
+        + 2 * 14336 * s * 2  # gradients of the widest tensor's input and output
+        + 128256 * s * 12  # fp32 log-softmax, its gradient and the logits' gradient
+    )
+    assert terms.activations == pytest.approx(expected / MIB)
+
+
+def test_sac_matters_with_flash_attention_where_korthikanti_selective_does_not() -> None:
+    def activations(**kw: Any) -> float:
+        return breakdown(llama_spec(**kw), None).activations
+
+    assert activations(activation_checkpointing="none") > 1.5 * activations()
+    assert activations() > activations(activation_checkpointing="full")
+
+
+def test_layer_wise_selective_checkpointing() -> None:
+    def activations(every: int) -> float:
+        return breakdown(llama_spec(checkpoint_every=every), None).activations
+
+    full = breakdown(llama_spec(activation_checkpointing="full"), None).activations
+    none = breakdown(llama_spec(activation_checkpointing="none"), None).activations
+    assert activations(1) == pytest.approx(full)
+    assert activations(64) == pytest.approx(none)  # no block checkpointed
+    assert activations(1) < activations(2) < activations(4) < none
+    # every 2nd of 32 blocks fully checkpointed: 16 whole blocks, 16 inputs
+    s = SEQ
+    whole, one_input = (8 * 4096 + 5 * 4096 + 8 * 14336) * s, 4096 * 2 * s
+    assert activations(2) - activations(1) == pytest.approx(16 * (whole - one_input) / MIB)
+
+
+def states(spec: TrainingSpec) -> float:
+    terms = breakdown(spec, None)
+    return terms.weights + terms.gradients + terms.optimizer
+
+
+def test_zero_shards_over_every_data_like_rank() -> None:
+    # dp x cp = 8 data-like ranks shard the model states as 8 data-parallel ranks do
+    assert states(llama_spec(parallelism={"dp": 4, "cp": 2, "zero_stage": 3})) == pytest.approx(
+        states(llama_spec())
+    )
+    # HSDP: 32 ranks in shard groups of 8 hold what 8-way FSDP holds
+    hsdp = llama_spec(parallelism={"dp": 32, "dp_shard": 8, "zero_stage": 3})
+    assert states(hsdp) == pytest.approx(states(llama_spec()))
+    assert states(llama_spec(parallelism={"dp": 32, "zero_stage": 3})) < states(hsdp)
+
+
+def test_context_and_sequence_parallelism_split_activations() -> None:
+    def activations(**parallel: Any) -> float:
+        return breakdown(llama_spec(parallelism=parallel), None).activations
+
+    one = activations(dp=8, zero_stage=3)
+    cp2 = activations(dp=4, cp=2, zero_stage=3)
+    # cp splits the sequence: every per-token term halves
+    assert cp2 == pytest.approx(one / 2)
+    tp4 = activations(dp=2, tp=4, zero_stage=3)
+    sp4 = activations(dp=2, tp=4, zero_stage=3, sequence_parallel=True)
+    assert sp4 < tp4 < one
+
+
+def test_fsdp_with_pipeline_keeps_the_stage_gathered() -> None:
+    spec = llama_spec(
+        parallelism={"dp": 8, "pp": 4, "zero_stage": 3, "microbatches": 8},
+        activation_checkpointing="full",
+    )
+    terms = breakdown(spec, None)
+    layer = total_params(LLAMA_8B.model_copy(update={"layers": 1})) - total_params(
+        LLAMA_8B.model_copy(update={"layers": 0})
+    )
+    # the busiest stage is the last: 8 blocks, the output head and the final norm
+    stage = 8 * layer + 128256 * 4096 + 2 * 4096
+    params = stage  # no pipeline stage holds another's parameters
+    assert terms.weights == pytest.approx((params * 4 / 8 + stage * 2) / MIB, rel=1e-6)
+    assert terms.gradients == pytest.approx((params * 4 / 8 + stage * 4) / MIB, rel=1e-6)
+    no_pp = breakdown(llama_spec(parallelism={"dp": 8, "zero_stage": 3}), None)
+    assert terms.weights + terms.gradients > (no_pp.weights + no_pp.gradients) / 4
+
+
+def test_fp8_keeps_bf16_activations_and_adds_weight_casts() -> None:
+    bf16 = breakdown(llama_spec(), None)
+    fp8 = breakdown(llama_spec(precision="fp8"), None)
+    assert fp8.weights + fp8.gradients + fp8.optimizer == pytest.approx(
+        bf16.weights + bf16.gradients + bf16.optimizer
+    )
+    # one byte per weight of the largest unit and per element of the widest input
+    casts = 128256 * 4096 + SEQ * 14336
+    assert fp8.activations - bf16.activations == pytest.approx(casts / MIB)
+
+
+def test_moe_config_parsing() -> None:
+    assert moe_from_hf_config({"model_type": "llama", "hidden_size": 8}) == {}
+    assert moe_from_hf_config(MIXTRAL) == {
+        "experts": 8,
+        "experts_per_token": 2,
+        "expert_ffn_hidden": 14336,
+        "shared_expert_ffn": 0,
+        "gated_mlp": True,
+    }
+    qwen = {"num_experts": 60, "num_experts_per_tok": 4, "moe_intermediate_size": 1408}
+    qwen["shared_expert_intermediate_size"] = 5632
+    assert moe_from_hf_config(qwen)["shared_expert_ffn"] == 5632
+    deepseek = {"n_routed_experts": 64, "num_experts_per_tok": 6, "moe_intermediate_size": 1408}
+    deepseek["n_shared_experts"] = 2
+    assert moe_from_hf_config(deepseek)["shared_expert_ffn"] == 2 * 1408
+    with pytest.raises(ValueError, match="num_experts_per_tok"):
+        moe_from_hf_config({"num_local_experts": 8})
+
+
+def mixtral_spec(**parallel: Any) -> TrainingSpec:
+    return TrainingSpec.model_validate(
+        {
+            "model": {"hf_config": MIXTRAL},
+            "batch_size": 1,
+            "seq_len": 4096,
+            "precision": "bf16",
+            "flash_attention": True,
+            "parallelism": {"dp": 8, "zero_stage": 3, **parallel},
+        }
+    )
+
+
+def test_mixtral_counts_every_expert() -> None:
+    shape = resolve(mixtral_spec())
+    assert shape.params == pytest.approx(46.7e9, rel=5e-3)  # published: 46.7 B
+
+
+def test_expert_parallelism_shards_experts_and_charges_active_ones() -> None:
+    dims = resolve(mixtral_spec()).dims
+    assert dims is not None
+    s, h = 4096, 4096
+    moe = layer_activation_bytes(dims, s, 1, 2.0, True, "none")
+    # per token: 4 h-wide inputs; Q, O and K, V at 1/4; router probabilities (fp32);
+    # per active expert (2) its input copy, 4 ffn-wide tensors and its output
+    expected = (8 * h + 5 * h) * s + 8 * 4 * s + 2 * (2 * h + 4 * 14336) * 2 * s
+    assert moe.replicated + moe.sharded == pytest.approx(expected)
+    experts = 32 * 8 * 3 * 4096 * 14336
+    dense = total_params(dims) - experts
+    # ep 8 over 8 data-like ranks: each rank keeps 1 expert per block, unsharded
+    terms = breakdown(mixtral_spec(ep=8), None)
+    assert terms.optimizer == pytest.approx((dense * 8 / 8 + experts / 8 * 8) / MIB, rel=1e-6)
+    # without ep, FSDP gathers a whole block with all 8 experts at a time
+    assert states(mixtral_spec(ep=8)) < states(mixtral_spec())
+
+
+@pytest.mark.parametrize(
+    "parallelism, problem",
+    [
+        ({"dp": 8, "dp_shard": 3, "zero_stage": 3}, "dp_shard (3) must divide dp x cp (8)"),
+        ({"dp": 8, "dp_shard": 4}, "dp_shard needs zero_stage"),
+        ({"dp": 4, "ep": 8}, "ep (8) must divide dp x cp (4)"),
+        ({"dp": 8, "dp_shard": 2, "ep": 4, "zero_stage": 3}, "must divide the shard group"),
+    ],
+)
+def test_parallel_groups_must_divide(parallelism: dict[str, int], problem: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(problem)):
+        Parallelism.model_validate(parallelism)
+
+
+def test_specs_that_do_not_fit_experts() -> None:
+    with pytest.raises(SpecError, match=re.escape("ep (8) needs a mixture-of-experts")):
+        breakdown(llama_spec(parallelism={"dp": 8, "ep": 8}), None)
+    with pytest.raises(SpecError, match=re.escape("ep (16) must divide experts (8)")):
+        breakdown(mixtral_spec(dp=16, ep=16), None)
+    with pytest.raises(ValidationError, match="checkpoint_every needs"):
+        llama_spec(activation_checkpointing="full", checkpoint_every=2)
+
+
+def test_bigger_jobs_need_more_and_more_ranks_need_less() -> None:
+    def total(**kw: Any) -> float:
+        return breakdown(llama_spec(**kw), None).total
+
+    assert total(batch_size=2) > total()
+    assert total(seq_len=16384) > total()
+    assert total(parallelism={"dp": 64, "zero_stage": 3}) < total()
+    assert total(parallelism={"dp": 8, "zero_stage": 2}) > total()
