@@ -60,7 +60,7 @@ class JobFilters:
     """Jobs narrowed by state, owner, queue, the GPU model an attempt ran on, and the
     time they were submitted."""
 
-    state: str | None = None
+    states: tuple[str, ...] = ()  # any of these (none: every state)
     owner: str | None = None
     queue: str | None = None
     gpu_model: str | None = None
@@ -70,12 +70,15 @@ class JobFilters:
 def _job_filters(
     session: SessionDep,
     created: TimeRangeDep,
-    state: JobState | None = None,
+    state: Annotated[
+        list[JobState] | None, Query(max_length=8, description="any of these states (repeat it)")
+    ] = None,
     owner: Owner = None,
     queue: Annotated[str | None, Query(max_length=64)] = None,
     gpu_model: GpuModel = None,
 ) -> JobFilters:
-    return JobFilters(state, owner, queue, resolve_gpu_model(session, gpu_model), created)
+    states = tuple(dict.fromkeys(state or ()))
+    return JobFilters(states, owner, queue, resolve_gpu_model(session, gpu_model), created)
 
 
 JobFiltersDep = Annotated[JobFilters, Depends(_job_filters)]

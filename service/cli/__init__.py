@@ -9,10 +9,11 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from importlib.metadata import version
 
 from agent import cli as agent_cli
 from estimator import cli as estimator_cli
-from service.cli import client, server, simulate, tokens, up
+from service.cli import client, completion, priority, server, simulate, tokens, up, views
 from service.cli.errors import CliError
 
 
@@ -20,16 +21,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="colloc", description="GPU memory-aware job collocation scheduler"
     )
+    parser.add_argument(
+        "--version", action="version", version=f"colloc {version('colloc')}", help="print it"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (server, up, client, tokens, simulate, agent_cli, estimator_cli):
+    for module in (server, up, client, views, priority, tokens, simulate, agent_cli, estimator_cli):
         module.add_commands(commands)
+    completion.add_commands(commands, parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run one `colloc` command; errors become one clear line and a non-zero status."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # quiet by default: request lines and each migration step are noise to a user
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
         status = args.run(args)

@@ -1,10 +1,12 @@
-"""`colloc submit | jobs | show | logs | cancel`: the user's client of the REST API."""
+"""`colloc submit | show | logs | cancel`: the user's client of the REST API, and the
+connection options every client command shares."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -14,12 +16,40 @@ import httpx
 
 from estimator.files import read_yaml
 from service.cli.errors import CliError
+from service.cli.output import (
+    add_output_option,
+    add_watch_option,
+    gib,
+    print_json,
+    watching,
+)
 from service.jobs.models import FINAL_JOB_STATES
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
+NO_TOKEN = (
+    "no API token: set COLLOC_TOKEN or pass --token "
+    "(`colloc up` writes an admin token to colloc-data/admin.token; "
+    "an admin makes others with `colloc token create`)"
+)
 
 
-def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+def _error_message(status: int, body: Any, text: str, token: str | None) -> str:
+    """One readable line (and the details that help) for an API error."""
+    error = body.get("error", {}) if isinstance(body, dict) else {}
+    if status == 401:
+        return (
+            NO_TOKEN if not token else "the API token in COLLOC_TOKEN/--token is unknown or revoked"
+        )
+    message = error.get("message") or text[:500]
+    details = error.get("details")
+    if error.get("code") == "unknown_gpu_model" and isinstance(details, dict):
+        return f"{message} (HTTP {status})\n  accepted names: {', '.join(details['known'])}"
+    extra = f"\n  details: {json.dumps(details)}" if details else ""
+    return f"{message} (HTTP {status}){extra}"
+
+
+def request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) -> Any:
+    """The API's JSON answer to one call, or a CliError that says what went wrong."""
     headers = kwargs.pop("headers", {})
     if args.token:
         headers["Authorization"] = f"Bearer {args.token}"
@@ -34,11 +64,7 @@ def _request(args: argparse.Namespace, method: str, path: str, **kwargs: Any) ->
     except ValueError:
         body = None
     if response.status_code >= 400:
-        error = body.get("error", {}) if isinstance(body, dict) else {}
-        message = error.get("message") or response.text[:500]
-        details = error.get("details")
-        extra = f"\n  details: {json.dumps(details)}" if details else ""
-        raise CliError(f"{message} (HTTP {response.status_code}){extra}")
+        raise CliError(_error_message(response.status_code, body, response.text, args.token))
     return body
 
 
@@ -50,103 +76,77 @@ def load_job_file(path: Path) -> dict[str, Any]:
         raise CliError(str(exc), 2) from exc
     if not isinstance(data, dict):
         raise CliError(f"{path} must hold one job (a mapping with name, command, ...)", 2)
+    command = data.get("command")
+    if isinstance(command, str):
+        try:
+            as_list = json.dumps(shlex.split(command))
+        except ValueError:
+            as_list = '["python", "train.py", "--epochs", "3"]'
+        raise CliError(
+            f"{path}: `command` is a list of arguments, not a shell line; write\n"
+            f"  command: {as_list}\n"
+            '(for shell features: command: ["sh", "-c", "..."])',
+            2,
+        )
     return data
 
 
 def run_submit(args: argparse.Namespace) -> int:
     headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else {}
-    job = _request(args, "POST", "/v1/jobs", json=load_job_file(args.file), headers=headers)
-    if args.json:
-        print(json.dumps(job))
+    job = request(args, "POST", "/v1/jobs", json=load_job_file(args.file), headers=headers)
+    if args.output == "json":
+        print_json(job)
+    elif args.output == "name":
+        print(job["id"])
     else:
         print(f"job {job['id']} submitted ({job['state']})")
     return 0
 
 
-def _where(job: dict[str, Any]) -> str:
-    if not job["attempts"]:
-        return "-"
-    attempt = job["attempts"][-1]
-    gpus = ",".join(str(gpu["index"]) for gpu in attempt["gpus"])
-    return f"{attempt['node']}:{gpus}"
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
 
 
-def _mib(value: int | None) -> str:
-    return "-" if value is None else f"{value}"
-
-
-def run_jobs(args: argparse.Namespace) -> int:
-    params = {"limit": args.limit, **({"state": args.state} if args.state else {})}
-    listing = _request(args, "GET", "/v1/jobs", params=params)
-    if args.json:
-        print(json.dumps(listing))
-        return 0
-    rows = [("ID", "NAME", "STATE", "WHERE", "RESERVED_MIB", "PEAK_MIB", "EXIT")]
-    for job in listing["jobs"]:
-        last = job["attempts"][-1] if job["attempts"] else None
-        rows.append(
-            (
-                str(job["id"]),
-                job["name"],
-                job["state"],
-                _where(job),
-                _mib(last["reserved_mib"] if last else None),
-                _mib(last["peak_mib"] if last else None),
-                _mib(job["exit_code"]),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
-    return 0
-
-
-def run_show(args: argparse.Namespace) -> int:
-    job = _request(args, "GET", f"/v1/jobs/{args.id}")
-    explanation = _request(args, "GET", f"/v1/jobs/{args.id}/explain") if args.explain else None
-    if args.json:
-        print(json.dumps({**job, "explain": explanation} if explanation else job))
-        return 0
-    for key in (
-        "id",
-        "name",
-        "owner",
-        "queue",
-        "priority",
-        "state",
-        "reason",
-        "command",
-        "gpus",
-        "gpu_models",
-        "memory_mib",
-        "reservation_floor_mib",
-        "exit_code",
-        "created_at",
-        "updated_at",
-        "finished_at",
-    ):
-        print(f"{key}: {job[key] if job[key] is not None else '-'}")
+def print_job(job: dict[str, Any]) -> None:
+    """`colloc show`'s text: one field a line, then attempts and estimates."""
+    fields: list[tuple[str, object]] = [
+        ("id", job["id"]),
+        ("name", job["name"]),
+        ("owner", job["owner"]),
+        ("queue", job["queue"]),
+        ("priority", job["priority"]),
+        ("state", job["state"]),
+        ("reason", job["reason"]),
+        ("command", shlex.join(job["command"])),
+        ("gpus", job["gpus"]),
+        ("gpu_models", ", ".join(job["gpu_models"]) if job["gpu_models"] else None),
+        ("memory", gib(job["memory_mib"])),
+        ("reservation_floor", gib(job["reservation_floor_mib"])),
+        ("exit_code", job["exit_code"]),
+        ("created_at", job["created_at"]),
+        ("updated_at", job["updated_at"]),
+        ("finished_at", job["finished_at"]),
+    ]
+    for key, value in fields:
+        print(f"{key}: {_or_dash(value)}")
     for attempt in job["attempts"]:
         gpus = ", ".join(
             f"{g['model']} #{g['index']} ({g['uuid']})"
-            + (f" using {g['used_mib']} MiB" if g.get("used_mib") is not None else "")
+            + (f" using {gib(g['used_mib'])}" if g.get("used_mib") is not None else "")
             for g in attempt["gpus"]
         )
         print(
             f"attempt {attempt['number']}: {attempt['state']} on {attempt['node']} [{gpus}] "
-            f"reserved {attempt['reserved_mib']} MiB/GPU, peak {_mib(attempt['peak_mib'])} MiB, "
-            f"exit {_mib(attempt['exit_code'])}, placed {attempt['placed_at']}, "
+            f"reserved {gib(attempt['reserved_mib'])}/GPU, peak {gib(attempt['peak_mib'])}, "
+            f"exit {_or_dash(attempt['exit_code'])}, placed {attempt['placed_at']}, "
             f"started {attempt['started_at'] or '-'}, finished {attempt['finished_at'] or '-'}"
             + (f"\n  reason: {attempt['reason']}" if attempt["reason"] else "")
         )
     for estimate in job["estimates"]:
         print(
-            f"estimate on {estimate['gpu_model']}: peak {estimate['peak_mib']} MiB, "
-            f"upper {estimate['upper_mib']} MiB ({estimate['method']})"
+            f"estimate on {estimate['gpu_model']}: peak {gib(estimate['peak_mib'])}, "
+            f"upper {gib(estimate['upper_mib'])} ({estimate['method']})"
         )
-    if explanation:
-        _print_explanation(explanation)
-    return 0
 
 
 def _print_explanation(explanation: dict[str, Any]) -> None:
@@ -155,7 +155,7 @@ def _print_explanation(explanation: dict[str, Any]) -> None:
         where = f"  {gpu['node']} GPU {gpu['gpu_index']} ({gpu['model']}):"
         if gpu["fits"]:
             print(
-                f"{where} fits, {gpu['free_mib']} MiB free for {gpu['demand_mib']} MiB, "
+                f"{where} fits, {gib(gpu['free_mib'])} free for {gib(gpu['demand_mib'])}, "
                 f"score {gpu['score']}"
             )
         else:
@@ -164,7 +164,48 @@ def _print_explanation(explanation: dict[str, Any]) -> None:
             print(f"    held for job {gpu['held_for_job']}")
 
 
+def run_show(args: argparse.Namespace) -> int:
+    def render() -> int:
+        job = request(args, "GET", f"/v1/jobs/{args.id}")
+        explanation = request(args, "GET", f"/v1/jobs/{args.id}/explain") if args.explain else None
+        if args.output == "json":
+            print_json({**job, "explain": explanation} if explanation else job)
+        elif args.output == "name":
+            print(job["id"])
+        else:
+            print_job(job)
+            if explanation:
+                _print_explanation(explanation)
+        return 0
+
+    return watching(args, render)
+
+
 ENDED_ATTEMPT_STATES = {*FINAL_JOB_STATES, "preempted"}
+
+
+def _log_page(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:
+    page: dict[str, Any] = request(args, "GET", f"/v1/jobs/{args.id}/logs", params=params)
+    return page
+
+
+def _say_why_nothing(args: argparse.Namespace, page: dict[str, Any]) -> None:
+    """On stderr, when a stream printed nothing: whether the other one holds output."""
+    other = "stderr" if args.stream == "stdout" else "stdout"
+    other_page = _log_page(args, {"attempt": page["attempt"], "stream": other, "limit": 1})
+    if other_page["end_offset"] > 0:
+        print(
+            f"(no {args.stream}; attempt {page['attempt']} wrote {other_page['end_offset']} "
+            f"bytes to {other}: colloc logs {args.id} --stream {other})",
+            file=sys.stderr,
+        )
+    elif page["attempt_state"] in ENDED_ATTEMPT_STATES:
+        print(f"(attempt {page['attempt']} ended with no output)", file=sys.stderr)
+    else:
+        print(
+            f"(no output yet: attempt {page['attempt']} is {page['attempt_state']})",
+            file=sys.stderr,
+        )
 
 
 def run_logs(args: argparse.Namespace) -> int:
@@ -174,63 +215,96 @@ def run_logs(args: argparse.Namespace) -> int:
         params["attempt"] = args.attempt
     offset = None
     quiet_polls = 0
+    printed = False
     while True:
-        page = _request(
-            args,
-            "GET",
-            f"/v1/jobs/{args.id}/logs",
-            params={**params, **({"offset": offset} if offset is not None else {})},
-        )
+        page = _log_page(args, {**params, **({"offset": offset} if offset is not None else {})})
         params["attempt"] = page["attempt"]  # stay on the attempt we began with
         sys.stdout.write(page["text"])
         sys.stdout.flush()
+        printed = printed or bool(page["text"])
         offset = page["next_offset"]
         if offset < page["end_offset"]:
             continue
-        if not args.follow:
-            return 0
         # the attempt's end and its last output may arrive in different heartbeats
         quiet_polls = quiet_polls + 1 if page["attempt_state"] in ENDED_ATTEMPT_STATES else 0
-        if quiet_polls >= 3:
+        if not args.follow or quiet_polls >= 3:
+            if not printed:
+                _say_why_nothing(args, page)
             return 0
         time.sleep(1.0)
 
 
 def run_cancel(args: argparse.Namespace) -> int:
-    job = _request(args, "POST", f"/v1/jobs/{args.id}/cancel")
-    done = "cancelled" if job["state"] == "cancelled" else "cancellation requested"
-    print(f"job {job['id']}: {done}")
-    return 0
+    """Cancel each job named; every one is tried, and the status says whether all were."""
+    cancelled: list[dict[str, Any]] = []
+    failures = 0
+    for job_id in args.ids:
+        try:
+            job = request(args, "POST", f"/v1/jobs/{job_id}/cancel")
+        except CliError as exc:
+            print(f"colloc: error: job {job_id}: {exc}", file=sys.stderr)
+            failures += 1
+            continue
+        cancelled.append(job)
+        if args.output == "name":
+            print(job["id"])
+        elif args.output == "table":
+            done = "cancelled" if job["state"] == "cancelled" else "cancellation requested"
+            print(f"job {job['id']}: {done}")
+    if args.output == "json":
+        print_json(cancelled)
+    return 1 if failures else 0
+
+
+def connection_options() -> argparse.ArgumentParser:
+    """--server and --token, from COLLOC_SERVER and COLLOC_TOKEN by default."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--server",
+        default=os.environ.get("COLLOC_SERVER", DEFAULT_SERVER),
+        help=f"the scheduler's URL (default: COLLOC_SERVER or {DEFAULT_SERVER})",
+    )
+    common.add_argument(
+        "--token",
+        default=os.environ.get("COLLOC_TOKEN"),
+        help="API token (default: COLLOC_TOKEN)",
+    )
+    return common
+
+
+def job_id(text: str) -> int:
+    """A job ID argument: a positive integer."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a job ID (a positive number)")
+    return int(text)
 
 
 def add_commands(commands: Any) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", default=os.environ.get("COLLOC_SERVER", DEFAULT_SERVER))
-    common.add_argument("--token", default=os.environ.get("COLLOC_TOKEN"))
-    common.add_argument("--json", action="store_true", help="print the API's JSON")
+    common = connection_options()
 
     submit = commands.add_parser("submit", parents=[common], help="submit a job (YAML or JSON)")
-    submit.add_argument("file", type=Path)
+    submit.add_argument("file", type=Path, help="the job file (see docs/job-file.md)")
     submit.add_argument("--idempotency-key", help="resubmitting with the same key is a no-op")
+    add_output_option(submit, ["json", "name"])
     submit.set_defaults(run=run_submit)
 
-    jobs = commands.add_parser("jobs", parents=[common], help="list jobs")
-    jobs.add_argument("--state", help="only jobs in this state")
-    jobs.add_argument("--limit", type=int, default=50)
-    jobs.set_defaults(run=run_jobs)
-
     show = commands.add_parser("show", parents=[common], help="show one job")
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=job_id, help="job ID")
     show.add_argument("--explain", action="store_true", help="why it waits / why it is there")
+    add_output_option(show, ["json", "name"])
+    add_watch_option(show)
     show.set_defaults(run=run_show)
 
     logs = commands.add_parser("logs", parents=[common], help="print a job's output")
-    logs.add_argument("id", type=int)
+    logs.add_argument("id", type=job_id, help="job ID")
     logs.add_argument("--attempt", type=int, help="which attempt (default: the latest)")
-    logs.add_argument("--stream", choices=["stdout", "stderr"], default="stdout")
+    logs.add_argument(
+        "--stream", choices=["stdout", "stderr"], default="stdout", help="default stdout"
+    )
     logs.add_argument("--follow", "-f", action="store_true", help="keep printing as it comes")
     logs.set_defaults(run=run_logs)
 
-    cancel = commands.add_parser("cancel", parents=[common], help="cancel a job")
-    cancel.add_argument("id", type=int)
+    cancel = commands.add_parser("cancel", parents=[common], help="cancel one or more jobs")
+    cancel.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="job IDs")
+    add_output_option(cancel, ["json", "name"])
     cancel.set_defaults(run=run_cancel)

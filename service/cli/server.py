@@ -17,6 +17,8 @@ from service.db import upgrade
 
 log = logging.getLogger(__name__)
 
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")  # uvicorn's names
+
 
 def is_loopback(host: str) -> bool:
     if host == "localhost":
@@ -46,7 +48,13 @@ def run_server(args: argparse.Namespace) -> int:
             )
         log.warning("authentication is OFF (COLLOC_AUTH_DISABLED): every caller is an admin")
     upgrade(settings.database_url)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    uvicorn.run(
+        create_app(settings),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        access_log=args.log_level == "debug",  # a line per request (and heartbeat)
+    )
     return 0
 
 
@@ -59,8 +67,14 @@ def run_db_upgrade(args: argparse.Namespace) -> int:
 
 def add_commands(commands: Any) -> None:
     server = commands.add_parser("server", help="run the scheduler API and dashboard")
-    server.add_argument("--host", default="127.0.0.1")
-    server.add_argument("--port", type=int, default=8000)
+    server.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    server.add_argument("--port", type=int, default=8000, help="port to listen on")
+    server.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="server log level; debug also logs every request (agents' heartbeats too)",
+    )
     server.add_argument("--db", help="database URL (default: COLLOC_DATABASE_URL or ./colloc.db)")
     server.set_defaults(run=run_server)
 

@@ -106,13 +106,13 @@ def add_commands(commands: Any) -> None:
     token = commands.add_parser("token", help="create, list and revoke API tokens")
     actions = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     create = actions.add_parser("create", help="make a token; its last output line is the token")
-    create.add_argument("--role", required=True, choices=tokens.ROLES)
+    create.add_argument("--role", required=True, choices=tokens.ROLES, help="what the token may do")
     create.add_argument("--name", required=True, help="user name, or the node an agent serves")
     create.set_defaults(run=run_create)
     listing = actions.add_parser("list", help="every token (hashes are never shown)")
     listing.set_defaults(run=run_list)
     revoke = actions.add_parser("revoke", help="revoke a token by id")
-    revoke.add_argument("id", type=int)
+    revoke.add_argument("id", type=int, help="the token's ID (see token list)")
     revoke.set_defaults(run=run_revoke)
     account = commands.add_parser(
         "account", help="the Unix account a token name's jobs run as, where not the name"
@@ -127,7 +127,7 @@ def add_commands(commands: Any) -> None:
     account_unset = account_actions.add_parser(
         "unset", help="run NAME's jobs as the account called NAME again"
     )
-    account_unset.add_argument("name")
+    account_unset.add_argument("name", help="a token's name")
     account_unset.set_defaults(run=run_account_unset)
     account_list = account_actions.add_parser("list", help="every mapping")
     account_list.set_defaults(run=run_account_list)

@@ -18,10 +18,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from agent.cluster import PACKAGED_CLUSTER, ClusterFileError, load_cluster
 from service.auth import tokens
 from service.cli.errors import CliError
-from service.cli.server import settings_for
+from service.cli.server import LOG_LEVELS, settings_for
 from service.db import make_engine, make_sessionmaker, transaction, upgrade
 
-EXAMPLE_JOB = Path(__file__).resolve().parents[2] / "examples" / "job.yaml"
+# a copy of examples/job.yaml shipped in the package: `pip install colloc` has no examples/
+EXAMPLE_JOB = Path(__file__).with_name("example-job.yaml")
 
 
 def _start(*args: str) -> subprocess.Popen[bytes]:
@@ -104,6 +105,8 @@ def run_up(args: argparse.Namespace) -> int:
             str(args.port),
             "--db",
             database_url,
+            "--log-level",
+            args.log_level,
         )
         processes.append(server)
         _wait_healthy(url, server)
@@ -132,6 +135,9 @@ def run_up(args: argparse.Namespace) -> int:
                 )
             )
         gpus = sum(len(node.gpus) for node in nodes)
+        example = data_dir / EXAMPLE_JOB.name
+        example.write_bytes(EXAMPLE_JOB.read_bytes())
+        colloc = Path(sys.executable).parent / "colloc"  # the one installed beside this Python
         client_env = f"COLLOC_SERVER={url}"
         if auth:
             client_env = f"export {client_env} COLLOC_TOKEN=$(cat {token_files['admin']}); "
@@ -143,8 +149,8 @@ def run_up(args: argparse.Namespace) -> int:
             f"\nColloc is up: {len(nodes)} simulated node(s), {gpus} GPU(s), data in {data_dir}\n"
             f"  API:       {url}/v1  (OpenAPI at {url}/docs)\n"
             f"  dashboard: {url}/{login}\n"
-            f"  submit:    {client_env}.venv/bin/colloc submit {EXAMPLE_JOB}\n"
-            f"  watch:     .venv/bin/colloc jobs\n"
+            f"  submit:    {client_env}{colloc} submit {example}\n"
+            f"  watch:     {colloc} jobs --watch   (and {colloc} nodes)\n"
             "Press Ctrl-C to stop.\n",
             flush=True,
         )
@@ -162,9 +168,20 @@ def run_up(args: argparse.Namespace) -> int:
 
 def add_commands(commands: Any) -> None:
     up = commands.add_parser("up", help="scheduler plus simulated agents on this machine")
-    up.add_argument("--host", default="127.0.0.1")
-    up.add_argument("--port", type=int, default=8000)
-    up.add_argument("--data-dir", type=Path, default=Path("colloc-data"))
+    up.add_argument("--host", default="127.0.0.1", help="address the server listens on")
+    up.add_argument("--port", type=int, default=8000, help="port the server listens on")
+    up.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("colloc-data"),
+        help="database, tokens, job output (default ./colloc-data)",
+    )
+    up.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default="info",
+        help="the server's log level; debug also logs every request",
+    )
     up.add_argument(
         "--cluster",
         type=Path,

@@ -220,8 +220,8 @@ def list_jobs(
 ) -> tuple[list[Job], int]:
     """Jobs, newest first, with the total matching count."""
     query = select(Job)
-    if filters.state is not None:
-        query = query.where(Job.state == filters.state)
+    if filters.states:
+        query = query.where(Job.state.in_(filters.states))
     if filters.owner is not None:
         query = query.where(Job.owner == filters.owner)
     if filters.queue is not None:

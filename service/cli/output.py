@@ -1,0 +1,100 @@
+"""How client commands print: tables, `-o json|wide|name`, memory in GiB, ages, `--watch`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from estimator.gpus import find_gpu_model
+from service.cli.errors import CliError
+
+# Seconds between refreshes under --watch: `watch`'s default (procps-ng watch(1)).
+WATCH_INTERVAL_S = 2.0
+
+
+def add_output_option(parser: argparse.ArgumentParser, formats: Sequence[str]) -> None:
+    """`-o FORMAT` (and `--json`, its short form) with the formats this command prints."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=["table", *formats],
+        default="table",
+        help="table (default), " + ", ".join(formats) + " (name: one ID per line)",
+    )
+    parser.add_argument(
+        "--json", dest="output", action="store_const", const="json", help="same as -o json"
+    )
+
+
+def add_watch_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-w", "--watch", action="store_true", help="redraw every --interval seconds until Ctrl-C"
+    )
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=WATCH_INTERVAL_S,
+        help=f"seconds between redraws under --watch (default {WATCH_INTERVAL_S:g})",
+    )
+
+
+def watching(args: argparse.Namespace, render: Callable[[], int]) -> int:
+    """`render` once, or under --watch again every interval (screen cleared on a terminal,
+    frames one after another otherwise) until Ctrl-C."""
+    if not args.watch:
+        return render()
+    if args.interval <= 0:
+        raise CliError("--interval must be positive", 2)
+    try:
+        while True:
+            if sys.stdout.isatty():
+                sys.stdout.write("\x1b[H\x1b[2J")
+            render()
+            if args.output == "table":
+                print(f"\n{datetime.now():%H:%M:%S}, every {args.interval:g} s; Ctrl-C stops")
+            sys.stdout.flush()
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value))
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        print(line.rstrip())
+
+
+def gib(mib: int | float | None) -> str:
+    """MiB as GiB with one decimal, the unit every human-readable output uses."""
+    return "-" if mib is None else f"{mib / 1024:.1f} GiB"
+
+
+def short_gpu(model: str) -> str:
+    """A GPU model's first alias (`T4` for `Tesla T4`), or its name if uncatalogued."""
+    known = find_gpu_model(model)
+    return known.aliases[0] if known is not None and known.aliases else model
+
+
+def age(iso: str, now: datetime | None = None) -> str:
+    """How long ago `iso` was, the way kubectl shows ages (45s, 12m, 3h, 2d)."""
+    seconds = max(
+        0, int(((now or datetime.now(UTC)) - datetime.fromisoformat(iso)).total_seconds())
+    )
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= 2 * size:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"

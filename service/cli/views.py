@@ -1,0 +1,188 @@
+"""`colloc jobs` and `colloc nodes`: the queue and the cluster, the way `squeue`/`sinfo`
+and `kubectl get` show them."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from typing import Any, get_args
+
+from service.cli.client import connection_options, request
+from service.cli.errors import CliError
+from service.cli.output import (
+    add_output_option,
+    add_watch_option,
+    age,
+    clip,
+    gib,
+    print_json,
+    print_table,
+    short_gpu,
+    watching,
+)
+from service.filters import JobState
+
+JOB_STATES: tuple[str, ...] = get_args(JobState)
+# Width the REASON column is cut to in the default table (`-o wide` shows it whole):
+# with the other columns it keeps a row within a 160-column terminal.
+REASON_WIDTH = 60
+
+
+def _states(text: str) -> list[str]:
+    """`--state running,pending` (the option may also repeat)."""
+    states = [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [s for s in states if s not in JOB_STATES]
+    if unknown or not states:
+        raise argparse.ArgumentTypeError(
+            f"unknown state {', '.join(unknown) or repr(text)}; states: {', '.join(JOB_STATES)}"
+        )
+    return states
+
+
+def _gpus(job: dict[str, Any]) -> str:
+    """`2xT4` where it runs or ran; what it asks for while it waits (`1xany`)."""
+    if job["attempts"]:
+        models = Counter(short_gpu(g["model"]) for g in job["attempts"][-1]["gpus"])
+        return ",".join(f"{count}x{model}" for model, count in models.items())
+    wanted = "|".join(short_gpu(m) for m in job["gpu_models"]) if job["gpu_models"] else "any"
+    return f"{job['gpus']}x{wanted}"
+
+
+def _job_row(job: dict[str, Any], wide: bool) -> list[str]:
+    last = job["attempts"][-1] if job["attempts"] else None
+    reason = job["reason"] or ""
+    row = [
+        str(job["id"]),
+        job["name"],
+        job["owner"],
+        job["state"],
+        _gpus(job),
+        gib(last["reserved_mib"]) if last else "-",
+        age(job["created_at"]),
+    ]
+    if wide:
+        where = (
+            f"{last['node']}:" + ",".join(str(g["index"]) for g in last["gpus"]) if last else "-"
+        )
+        peak = gib(last["peak_mib"]) if last else "-"
+        exit_code = "-" if job["exit_code"] is None else str(job["exit_code"])
+        row += [job["queue"], str(job["priority"]), where, peak, exit_code, reason]
+    else:
+        row.append(clip(reason, REASON_WIDTH))
+    return row
+
+
+JOB_HEADER = ["ID", "NAME", "OWNER", "STATE", "GPUS", "RESERVED", "AGE"]
+WIDE_HEADER = ["QUEUE", "PRIO", "WHERE", "PEAK", "EXIT", "REASON"]
+
+
+def run_jobs(args: argparse.Namespace) -> int:
+    params: dict[str, Any] = {"limit": args.limit}
+    if args.state:
+        params["state"] = [s for group in args.state for s in group]
+    if args.user:
+        params["owner"] = args.user
+    if args.queue:
+        params["queue"] = args.queue
+
+    def render() -> int:
+        listing = request(args, "GET", "/v1/jobs", params=params)
+        jobs = listing["jobs"]
+        if args.output == "json":
+            print_json(listing)
+        elif args.output == "name":
+            for job in jobs:
+                print(job["id"])
+        else:
+            wide = args.output == "wide"
+            header = JOB_HEADER + (WIDE_HEADER if wide else ["REASON"])
+            print_table(header, [_job_row(job, wide) for job in jobs])
+            if listing["total"] > len(jobs):
+                print(f"showing {len(jobs)} of {listing['total']} jobs (--limit N shows more)")
+            elif not jobs:
+                print("no jobs match")
+        return 0
+
+    return watching(args, render)
+
+
+def _node_row(node: dict[str, Any], wide: bool) -> list[str]:
+    gpus = node["gpus"]
+    models = Counter(short_gpu(g["model"]) for g in gpus)
+    jobs = {a["job_id"] for g in gpus for a in g["allocations"]}
+    unhealthy = sum(1 for g in gpus if not g["healthy"])
+    row = [
+        node["name"],
+        node["state"] + (f" ({unhealthy} GPU unhealthy)" if unhealthy else ""),
+        ",".join(f"{count}x{model}" for model, count in models.items()),
+        gib(sum(g["memory_free_mib"] for g in gpus)),
+        gib(sum(g["memory_reserved_mib"] for g in gpus)),
+        gib(sum(g["memory_total_mib"] for g in gpus)),
+        str(len(jobs)),
+    ]
+    if wide:
+        row += [
+            gib(sum(g["memory_used_mib"] for g in gpus)),
+            " ".join(f"{g['utilization_pct']:.0f}%" for g in gpus),
+            ",".join(str(j) for j in sorted(jobs)) or "-",
+            node["agent_version"],
+            age(node["last_heartbeat_at"]),
+        ]
+    return row
+
+
+NODE_HEADER = ["NODE", "STATE", "GPUS", "FREE", "RESERVED", "TOTAL", "JOBS"]
+NODE_WIDE_HEADER = ["USED", "UTIL", "JOB_IDS", "AGENT", "HEARTBEAT"]
+
+
+def run_nodes(args: argparse.Namespace) -> int:
+    def render() -> int:
+        try:
+            cluster = request(args, "GET", "/v1/admin/cluster")
+        except CliError as exc:
+            if "HTTP 403" in str(exc):
+                raise CliError(f"colloc nodes needs an admin token: {exc}") from exc
+            raise
+        nodes = cluster["nodes"]
+        if args.output == "json":
+            print_json(cluster)
+        elif args.output == "name":
+            for node in nodes:
+                print(node["name"])
+        else:
+            wide = args.output == "wide"
+            print_table(
+                NODE_HEADER + (NODE_WIDE_HEADER if wide else []),
+                [_node_row(node, wide) for node in nodes],
+            )
+            if not nodes:
+                print("no nodes have registered")
+        return 0
+
+    return watching(args, render)
+
+
+def add_commands(commands: Any) -> None:
+    common = connection_options()
+
+    jobs = commands.add_parser("jobs", parents=[common], help="list jobs, newest first")
+    jobs.add_argument(
+        "--state",
+        type=_states,
+        action="append",
+        metavar="STATE[,STATE]",
+        help=f"only jobs in these states (repeatable): {', '.join(JOB_STATES)}",
+    )
+    jobs.add_argument("--user", "-u", help="only this user's jobs (admins see every user's)")
+    jobs.add_argument("--queue", "-q", help="only jobs of this queue")
+    jobs.add_argument("--limit", type=int, default=50, help="show at most N jobs (default 50)")
+    add_output_option(jobs, ["wide", "json", "name"])
+    add_watch_option(jobs)
+    jobs.set_defaults(run=run_jobs)
+
+    nodes = commands.add_parser(
+        "nodes", parents=[common], help="the cluster: nodes, GPUs, memory, jobs (admin)"
+    )
+    add_output_option(nodes, ["wide", "json", "name"])
+    add_watch_option(nodes)
+    nodes.set_defaults(run=run_nodes)

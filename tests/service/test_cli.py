@@ -1,0 +1,132 @@
+"""The `colloc` command's own habits: help, version, completion, messages and formats."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.cli import build_parser, completion
+from service.cli.client import NO_TOKEN, _error_message, load_job_file
+from service.cli.errors import CliError
+from service.cli.output import age, gib, short_gpu
+from tests.conftest import register_node, submit
+
+
+def _described(parser: argparse.ArgumentParser, path: str) -> Iterator[str]:
+    """Every option, argument and subcommand without a help text, by where it is."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, sub in action.choices.items():
+                if not helps.get(name):
+                    yield f"{path} {name}"
+                yield from _described(sub, f"{path} {name}")
+        elif not action.help:
+            yield f"{path} {'/'.join(action.option_strings) or action.dest}"
+
+
+def test_every_help_entry_says_what_it_is() -> None:
+    assert list(_described(build_parser(), "colloc")) == []
+
+
+def test_version() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "--version"], capture_output=True, text=True
+    )
+    assert result.returncode == 0 and result.stdout.startswith("colloc 0.")
+
+
+def _complete(shell: str, script: Path, words: list[str]) -> list[str]:
+    """What the completion function offers for the last of `words`."""
+    quoted = " ".join(f"'{w}'" for w in words)
+    if shell == "bash":
+        run = f"source {script}; COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; _colloc"
+    else:  # zsh: bashcompinit runs the same function with 0-based arrays
+        run = (
+            f"autoload -U compinit && compinit -u; source {script}; setopt ksharrays; "
+            f"COMP_WORDS=({quoted}); COMP_CWORD={len(words) - 1}; _colloc"
+        )
+    result = subprocess.run(
+        [shell, "-c", run + '; printf "%s\\n" "${COMPREPLY[@]}"'],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    offered = result.stdout.split()
+    # zsh's bashcompinit hands every word to compadd, which keeps those that match
+    return [w for w in offered if w.startswith(words[-1])] if shell == "zsh" else offered
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh"])
+def test_completion_offers_commands_options_and_choices(shell: str, tmp_path: Path) -> None:
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed")
+    script = tmp_path / "colloc.sh"
+    script.write_text(completion.script(build_parser(), shell))
+    assert "nodes" in _complete(shell, script, ["colloc", "no"])
+    assert _complete(shell, script, ["colloc", "jobs", "--wa"]) == ["--watch"]
+    assert _complete(shell, script, ["colloc", "jobs", "-o", ""]) == [
+        "table",
+        "wide",
+        "json",
+        "name",
+    ]
+    assert _complete(shell, script, ["colloc", "token", "create", "--role", "a"]) == [
+        "admin",
+        "agent",
+    ]
+
+
+def test_units_and_ages_read_the_same_everywhere() -> None:
+    assert gib(6963) == "6.8 GiB" and gib(None) == "-"
+    now = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+    for delta, shown in ((30, "30s"), (150, "2m"), (3 * 3600, "3h"), (3 * 86400, "3d")):
+        assert age((now - timedelta(seconds=delta)).isoformat(), now) == shown
+    assert short_gpu("Tesla T4") == "T4" and short_gpu("Acme X1") == "Acme X1"
+
+
+def test_a_shell_line_command_is_refused_with_the_list_form(tmp_path: Path) -> None:
+    job = tmp_path / "job.yaml"
+    job.write_text("name: x\ncommand: python train.py --lr 3e-4\n")
+    with pytest.raises(CliError) as error:
+        load_job_file(job)
+    assert '["python", "train.py", "--lr", "3e-4"]' in str(error.value)
+    assert error.value.status == 2
+
+
+def test_api_errors_speak_of_what_the_user_sets() -> None:
+    unauthenticated = {"error": {"code": "unauthenticated", "message": "send ... header"}}
+    assert _error_message(401, unauthenticated, "", None) == NO_TOKEN
+    assert "COLLOC_TOKEN" in NO_TOKEN and "--token" in NO_TOKEN
+    assert "unknown or revoked" in _error_message(401, unauthenticated, "", "colloc_x")
+    unknown = {
+        "error": {
+            "code": "unknown_gpu_model",
+            "message": "unknown GPU model(s): V100",
+            "details": {"unknown": ["V100"], "known": ["Tesla T4", "Tesla V100-SXM2-16GB"]},
+        }
+    }
+    message = _error_message(422, unknown, "", "t")
+    assert "accepted names: Tesla T4, Tesla V100-SXM2-16GB" in message
+
+
+def test_jobs_filter_by_several_states(client: TestClient) -> None:
+    """`colloc jobs --state pending,placed` asks the API for either state."""
+    register_node(client, "n1", [("Tesla T4", 15360)])
+    waiting = submit(client, memory_mib=1000)["id"]
+    cancelled = submit(client, memory_mib=1000)["id"]
+    assert client.post(f"/v1/jobs/{cancelled}/cancel").status_code == 200
+    listed = client.get("/v1/jobs", params={"state": ["pending", "cancelled"]}).json()
+    assert {j["id"] for j in listed["jobs"]} == {waiting, cancelled} and listed["total"] == 2
+    only = client.get("/v1/jobs", params={"state": ["cancelled"]}).json()
+    assert [j["id"] for j in only["jobs"]] == [cancelled]
+    assert client.get("/v1/jobs", params={"state": ["pending", "asleep"]}).status_code == 422
