@@ -133,7 +133,10 @@ class NvmlBackend:
         nvml, handle = self._nvml, gpu.handle
         memory = self._call(gpu, nvml.nvmlDeviceGetMemoryInfo, handle)
         rates = self._call(gpu, nvml.nvmlDeviceGetUtilizationRates, handle)
-        running = self._call(gpu, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []
+        running = [
+            *(self._call(gpu, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []),
+            *(self._call(gpu, nvml.nvmlDeviceGetGraphicsRunningProcesses, handle) or []),
+        ]
         temperature = self._call(
             gpu, nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
         )
@@ -146,11 +149,14 @@ class NvmlBackend:
             nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
             nvml.NVML_VOLATILE_ECC,
         )
-        processes = tuple(
-            # usedGpuMemory is None where the driver cannot attribute it (e.g. under MIG)
-            ProcessMemory(int(p.pid), int((p.usedGpuMemory or 0) // MIB))
-            for p in running
-        )
+        # usedGpuMemory is None where the driver cannot attribute it (e.g. under MIG); a
+        # process with both a compute and a graphics context is listed in both, with
+        # the memory of its whole context each time
+        used: dict[int, int] = {}
+        for process in running:
+            mib = int((process.usedGpuMemory or 0) // MIB)
+            used[int(process.pid)] = max(used.get(int(process.pid), 0), mib)
+        processes = tuple(ProcessMemory(pid, mib) for pid, mib in used.items())
         return GpuSample(
             uuid=gpu.device.uuid,
             memory_used_mib=int(memory.used // MIB) if memory is not None else 0,

@@ -25,6 +25,7 @@ USED = (
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceGetTemperature",
     "nvmlDeviceGetPowerUsage",
     "nvmlDeviceGetMigMode",
@@ -94,6 +95,7 @@ class FakeNvml(types.ModuleType):
         self.xids: list[int] = []
         self.ecc = 0
         self.freed: list[int] = []
+        self.graphics: dict[int, list[Process]] = {}  # per GPU index
         self.gpus = [
             ("GPU-aaaa", "NVIDIA A100-SXM4-40GB", 40960),
             ("GPU-bbbb", "Tesla T4", 15360),
@@ -131,6 +133,9 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: int) -> list[Process]:
         return [Process(4242, 3000 * MIB), Process(4343, None)]
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, handle: int) -> list[Process]:
+        return self.graphics.get(handle, [])
 
     def nvmlDeviceGetTemperature(self, handle: int, sensor: int) -> int:
         assert sensor == self.NVML_TEMPERATURE_GPU
@@ -202,6 +207,13 @@ def test_devices_and_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     assert second.memory_utilization_pct == 10 and second.power_w == 70.5
     assert second.mig_enabled is None and second.ecc_uncorrected == 0
     assert [(p.pid, p.used_mib) for p in first.processes] == [(4242, 3000), (4343, 0)]
+    # graphics contexts count too; a process with both kinds is counted once
+    fake.graphics[0] = [Process(4242, 3000 * MIB), Process(4444, 700 * MIB)]
+    assert [(p.pid, p.used_mib) for p in backend.sample()[0].processes] == [
+        (4242, 3000),
+        (4343, 0),
+        (4444, 700),
+    ]
     fake.xids += [79, 48]
     fake.ecc = 2
     faulty = backend.sample()[1]
