@@ -45,6 +45,13 @@ def test_compose_file_is_consistent_with_the_cli(repo_root: Path) -> None:
         # the agent token the `tokens` step made for this node
         assert str(args.token_file) == f"/tokens/agent-{args.node}.token"
         assert args.node in token_nodes
+        # ... from the one volume holding only that token (never the admin's): the
+        # `tokens` step writes /tokens/NODE/agent-NODE.token into it
+        assert services[name]["volumes"] == [f"{args.node}-token:/tokens:ro"]
+        assert f"{args.node}-token:/tokens/{args.node}" in services["tokens"]["volumes"]
+        assert "> /tokens/$$n/agent-$$n.token" in make_tokens and "umask 077" in make_tokens
+        # an unprivileged agent running jobs as itself (simulated nodes have no accounts)
+        assert not services[name]["user"].startswith("0") and args.run_jobs_as == "agent"
         seen.add(args.node)
         assert "scheduler" in services[name]["depends_on"]
     assert len(seen) == len(agents), "two agents would claim the same node"

@@ -141,7 +141,7 @@ def test_a_workdir_the_account_may_not_enter_is_refused(root: Path, account: Acc
 def test_an_agent_that_is_not_root_runs_jobs_as_itself(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(accounts.os, "geteuid", lambda: 4321)
+    monkeypatch.setattr(os, "geteuid", lambda: 4321)
     with caplog.at_level(logging.WARNING):
         identity = Identity.effective("owner", allow_root_jobs=False)
     assert identity == Identity("agent", allow_root_jobs=False)

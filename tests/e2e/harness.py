@@ -100,11 +100,12 @@ class LocalColloc:
         for node in CLUSTER["nodes"]:
             self.start_agent(str(node["name"]))
 
-    def start_agent(self, name: str, *extra: str) -> None:
+    def start_agent(self, name: str, *extra: str, run_jobs_as: str = "agent") -> None:
         """The node's agent; tests' agents stop their jobs when stopped (not when killed).
 
-        Its token comes from a file of its own (never the admin's, never a flag); jobs
-        run as the test's own account, as in `colloc up` (root in CI)."""
+        Its token comes from a file of its own (never the admin's, never a flag). Jobs
+        run as the test's own account, as in `colloc up` (root in CI), or with
+        `run_jobs_as="owner"` as their owners' accounts (root refused)."""
         token_file = self.root / f"agent-{name}.token"
         token_file.touch(mode=0o600)
         token_file.write_text(self.agent_tokens[name])
@@ -125,12 +126,14 @@ class LocalColloc:
             "2",
             "--max-backoff",
             "2",
+            "--work-dir",
+            str(self.root / "work" / name),
             "--stop-jobs-on-exit",
             "--token-file",
             str(token_file),
             "--run-jobs-as",
-            "agent",
-            "--allow-root-jobs",
+            run_jobs_as,
+            *(["--allow-root-jobs"] if run_jobs_as == "agent" else []),
             *extra,
             env={k: v for k, v in self.env.items() if k != "COLLOC_TOKEN"},
         )
