@@ -6,6 +6,10 @@ source has them, other estimators' figures. Only these numbers are kept (see
 `data/README.md`); the table is committed so training needs nothing outside the repo:
 
     colloc estimator extract ../shared/data
+
+Rows that are physically implausible are flagged (`implausible_runs`, the rule below)
+and left out of training; the flag is in the table so that anything reading it (the
+simulator's true peaks included) can leave them out too.
 """
 
 from __future__ import annotations
@@ -14,19 +18,36 @@ import ast
 import csv
 import json
 import re
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from estimator.analytical.model import SpecError, breakdown
 from estimator.spec import TrainingSpec
 
 TABLE = Path(__file__).with_name("data") / "measurements.csv"
 A100 = "NVIDIA A100-SXM4-40GB"
 # Runs at or above this sat at the 40 GB card's limit: "needs at least", not a peak.
 CENSORED_MIB = 39000
-# Peak memory never falls as the batch grows; a run this far below a smaller batch's
-# failed early (the same model's larger batches with it).
-FAILED_RUN_FRACTION = 0.9
+
+# The implausible-measurement rule. Every term of a training process's peak either
+# does not depend on the batch (weights, gradients, optimizer state, CUDA context,
+# library workspaces) or grows with it (saved activations), so one configuration's
+# peak never falls as its batch grows. What can still move a peak down a little:
+# cuDNN choosing another algorithm (and workspace) per shape, a 1-5 Hz sampler
+# missing a transient such as the optimizer step's temporaries, the caching
+# allocator's 20 MiB segment rounding: a few hundred MiB on runs of 2-40 GB, under
+# FALL_TOLERANCE of the peak. A run more than that below a smaller batch's peak did
+# not show its own peak (it failed first) or the smaller one is inflated.
+FALL_TOLERANCE = 0.10
+# Identical peaks at batches SAME_PEAK_BATCH_RATIO or more apart are implausible when
+# the batch difference adds more saved activations than one allocator segment
+# (c10/cuda/CUDACachingAllocator.cpp kLargeBuffer, 20 MiB): the larger batch cannot
+# have held them in the same memory (a capped or stale reading). Both runs are
+# flagged: nothing tells which one is wrong.
+SAME_PEAK_BATCH_RATIO = 4
+ALLOCATOR_SEGMENT_MIB = 20.0
 
 
 @dataclass(frozen=True)
@@ -47,6 +68,7 @@ class Measurement:
     faketensor_mib: float | None = None
     gpumemnet_mib: float | None = None
     extra: str = "{}"  # JSON of the remaining TrainingSpec fields (parallelism, ...)
+    implausible: str = ""  # the rule that flags the run ("" if none: see implausible_runs)
 
     def spec(self) -> TrainingSpec:
         return TrainingSpec.model_validate(
@@ -136,7 +158,7 @@ def _timm_rows(path: Path) -> list[Measurement]:
         highest, crashed = 0, False
         for row in sorted(runs, key=lambda r: int(r["Batch Size"])):
             measured = int(float(row["Max GPU Memory (MiB)"]))
-            crashed = crashed or measured < FAILED_RUN_FRACTION * highest
+            crashed = crashed or measured < (1 - FALL_TOLERANCE) * highest
             highest = max(highest, measured)
             rows.append(
                 Measurement(
@@ -238,14 +260,105 @@ def _real_rows(cnns: Path, models: Path) -> list[Measurement]:
     return rows
 
 
+@dataclass(frozen=True)
+class Run:
+    """One measured run of a configuration: its batch and measured peak."""
+
+    batch_size: int
+    peak_mib: float
+    censored: bool = False  # at the card's limit: a floor, not a peak
+
+
+FALLS, SAME_PEAK = "falls-as-batch-grows", "same-peak-at-4x-batch"
+
+
+def implausible_runs(runs: Sequence[Run], activation_mib_per_sample: float | None) -> list[str]:
+    """The implausible-measurement rule for the runs of one configuration (same model,
+    input, precision, optimizer, parallelism and GPU; only the batch differs): per run,
+    the rule it breaks ("" if none). `activation_mib_per_sample`: the saved activations
+    one more sample adds, if known (without it the same-peak rule cannot judge).
+
+    - FALLS: the peak is more than FALL_TOLERANCE below a smaller batch's peak;
+    - SAME_PEAK: the peak equals that of a batch SAME_PEAK_BATCH_RATIO or more times
+      smaller or larger, where the batches differ by more than an allocator segment of
+      activations. Runs censored at the card's limit are floors and judge no other run.
+    """
+    flags = [""] * len(runs)
+    order = sorted(range(len(runs)), key=lambda i: runs[i].batch_size)
+    highest = 0.0
+    for i in order:
+        run = runs[i]
+        if run.peak_mib < (1 - FALL_TOLERANCE) * highest:
+            flags[i] = FALLS
+        if not run.censored:
+            highest = max(highest, run.peak_mib)
+    if activation_mib_per_sample is None:
+        return flags
+    for n, i in enumerate(order):
+        for j in order[n + 1 :]:
+            small, large = runs[i], runs[j]
+            apart = large.batch_size >= SAME_PEAK_BATCH_RATIO * small.batch_size
+            added = (large.batch_size - small.batch_size) * activation_mib_per_sample
+            same = small.peak_mib == large.peak_mib and not (small.censored or large.censored)
+            if apart and same and added > ALLOCATOR_SEGMENT_MIB:
+                for k in (i, j):
+                    flags[k] = flags[k] or SAME_PEAK
+    return flags
+
+
+def _activation_mib_per_sample(row: Measurement) -> float | None:
+    """What one more sample adds to the analytical activations (None if the model
+    cannot be resolved)."""
+    try:
+        one, two = (
+            breakdown(row.spec().model_copy(update={"batch_size": b}), None).activations
+            for b in (1, 2)
+        )
+    except SpecError:
+        return None
+    return two - one
+
+
+def flag_implausible(rows: list[Measurement]) -> list[Measurement]:
+    """`rows` with `implausible` set by the rule, configuration by configuration."""
+    configs: dict[tuple[Any, ...], list[int]] = {}
+    for i, row in enumerate(rows):
+        key = (row.source, row.model, row.seq_len, row.image_size, row.precision) + (
+            row.optimizer,
+            row.gpu_model,
+            row.flash_attention,
+            row.extra,
+        )
+        configs.setdefault(key, []).append(i)
+    flagged = list(rows)
+    for members in configs.values():
+        if len(members) < 2:
+            continue
+        runs = [
+            Run(rows[i].batch_size, rows[i].measured_mib, rows[i].measured_mib >= CENSORED_MIB)
+            for i in members
+        ]
+        per_sample = _activation_mib_per_sample(rows[members[0]])
+        for i, rule in zip(members, implausible_runs(runs, per_sample), strict=True):
+            flagged[i] = replace(rows[i], implausible=rule)
+    return flagged
+
+
+def plausible(rows: Sequence[Measurement]) -> list[Measurement]:
+    """The rows the implausible-measurement rule does not flag."""
+    return [row for row in rows if not row.implausible]
+
+
 def extract(shared: Path) -> list[Measurement]:
     base = shared / "gpumemnet"
-    return [
-        *_timm_rows(base / "timm_measured_fake_tensor.csv"),
-        *_mlp_rows(base / "mlp_data_step2.csv", "mlp_step2"),
-        *_mlp_rows(base / "mlp_data_step1.csv", "mlp_step1"),
-        *_real_rows(base / "real_cnns_estimates.csv", base / "real_models_estimates.csv"),
-    ]
+    return flag_implausible(
+        [
+            *_timm_rows(base / "timm_measured_fake_tensor.csv"),
+            *_mlp_rows(base / "mlp_data_step2.csv", "mlp_step2"),
+            *_mlp_rows(base / "mlp_data_step1.csv", "mlp_step1"),
+            *_real_rows(base / "real_cnns_estimates.csv", base / "real_models_estimates.csv"),
+        ]
+    )
 
 
 def write(rows: list[Measurement], path: Path = TABLE) -> None:
@@ -281,6 +394,7 @@ def read(path: Path = TABLE) -> list[Measurement]:
                 _optional(raw["faketensor_mib"], float),
                 _optional(raw["gpumemnet_mib"], float),
                 raw["extra"],
+                raw.get("implausible", ""),
             )
         )
     return rows

@@ -25,7 +25,7 @@ from estimator.analytical.model import SpecError, breakdown, resolve
 from estimator.estimate import Estimator
 from estimator.gpus import find_gpu_model
 from estimator.learned.artifact import FORMAT, Artifact, model_bytes, version_of
-from estimator.learned.calibration import Calibration, conformal_quantile
+from estimator.learned.calibration import Calibration, calibrated_margin, conformal_quantile
 from estimator.learned.features import NAMES, features, model_kind
 from estimator.learned.measurements import Measurement
 from estimator.learned.trees import TreeEnsemble
@@ -143,6 +143,10 @@ def prepare(rows: list[Measurement], include_censored: bool = False) -> Prepared
         if row.censored and not include_censored:
             skipped["censored"] = skipped.get("censored", 0) + 1
             continue
+        if row.implausible:  # no truth to learn from or judge by (measurements.py)
+            reason = f"implausible: {row.implausible}"
+            skipped[reason] = skipped.get(reason, 0) + 1
+            continue
         try:
             spec = row.spec()
             shape = resolve(spec)
@@ -168,10 +172,12 @@ def prepare(rows: list[Measurement], include_censored: bool = False) -> Prepared
 
 
 def _analytical_margins(data: Prepared, coverage: float) -> dict[str, float]:
+    """Per kind, the margin the analytical model needed: conformal from enough runs,
+    the stated small-sample margin below that (`calibrated_margin`)."""
     return {
-        str(kind): conformal_quantile(
-            data.log_ratio[data.kinds == kind], min(1.0, coverage + COVERAGE_SLACK)
-        )
+        str(kind): calibrated_margin(
+            data.log_ratio[data.kinds == kind], min(0.99, coverage + COVERAGE_SLACK)
+        ).log_ratio
         for kind in sorted(set(data.kinds))
     }
 

@@ -144,7 +144,8 @@ def test_refit_learns_from_observed_peaks_and_keeps_the_old_estimator() -> None:
     assert new.version != old.version
     assert "bf16" in new.artifact.manifest["domain"]["precisions"]  # type: ignore[union-attr]
     unseen = bf16.model_copy(update={"batch_size": 48})
-    assert new.estimate(unseen, "A100-40GB").method == "analytical+learned"
+    # (its bound may also be raised by the observed runs: +model-history)
+    assert new.estimate(unseen, "A100-40GB").method.startswith("analytical+learned")
     assert old.estimate(unseen, "A100-40GB").method == "analytical"
     assert new.estimate(bf16.model_copy(update={"batch_size": 64}), "A100-40GB").method == (
         "history"

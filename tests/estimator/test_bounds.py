@@ -1,0 +1,86 @@
+"""Bounds that hold where it matters: conformal claims only from enough points, and
+physically implausible measurements flagged by a documented rule."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from estimator.learned import measurements
+from estimator.learned.calibration import (
+    SMALL_SAMPLE_WIDENING,
+    calibrated_margin,
+    conformal_quantile,
+    coverage_by_group,
+    min_conformal_points,
+)
+from estimator.learned.measurements import FALLS, SAME_PEAK, Run, implausible_runs
+from estimator.learned.train import prepare
+
+
+def test_no_conformal_claim_from_fewer_than_19_points_at_95() -> None:
+    assert min_conformal_points(0.95) == 19
+    assert min_conformal_points(0.9) == 9
+    eighteen = np.linspace(0.0, 0.17, 18)
+    with pytest.raises(ValueError, match="at least 19"):
+        conformal_quantile(eighteen, 0.95)
+    margin = calibrated_margin(eighteen, 0.95)
+    assert not margin.conformal and margin.points == 18
+    assert margin.log_ratio == pytest.approx(0.17 + math.log(1.25))
+    nineteen = np.linspace(0.0, 0.18, 19)
+    # ceil(20 * 0.95) = 19: the largest of 19 is the conformal quantile
+    assert calibrated_margin(nineteen, 0.95).conformal
+    assert calibrated_margin(nineteen, 0.95).log_ratio == pytest.approx(0.18)
+    assert calibrated_margin(np.array([]), 0.95).log_ratio == SMALL_SAMPLE_WIDENING
+
+
+def test_conformal_quantile_rank() -> None:
+    residuals = np.arange(100, dtype=float)  # 0..99
+    assert conformal_quantile(residuals, 0.95) == 95.0  # ceil(101 * 0.95) = 96th smallest
+
+
+def test_coverage_is_reported_per_group() -> None:
+    measured = np.array([10.0, 10.0, 10.0, 10.0])
+    upper = np.array([11.0, 9.0, 12.0, 12.0])
+    groups = np.array(["a", "a", "b", "b"])
+    assert coverage_by_group(measured, upper, groups) == {"a": (2, 0.5), "b": (2, 0.0)}
+
+
+def test_a_peak_that_falls_as_the_batch_grows_is_flagged() -> None:
+    # resnetaa34d in the shared timm sheet: 2.5 / 21.7 / 22.9 / 6.3 / 16.7 GB
+    runs = [Run(8, 2500), Run(16, 21700), Run(32, 22900), Run(64, 6300), Run(128, 16700)]
+    assert implausible_runs(runs, None) == ["", "", "", FALLS, FALLS]
+    # a dip inside the tolerance (cuDNN workspaces, a missed transient) is no flag
+    assert implausible_runs([Run(8, 10000), Run(16, 9100)], None) == ["", ""]
+    assert implausible_runs([Run(8, 10000), Run(16, 8900)], None) == ["", FALLS]
+    # a run at the card's limit is a floor: it judges no later run
+    assert implausible_runs([Run(8, 40000, censored=True), Run(16, 20000)], None) == ["", ""]
+
+
+def test_identical_peaks_at_4x_the_batch_are_flagged_where_activations_show() -> None:
+    runs = [Run(8, 5000), Run(16, 5100), Run(32, 5000)]
+    # 24 more samples at 10 MiB each cannot fit in the same memory
+    assert implausible_runs(runs, 10.0) == [SAME_PEAK, "", SAME_PEAK]
+    # 24 samples of 0.5 MiB fit in one 20 MiB allocator segment: plausible
+    assert implausible_runs(runs, 0.5) == ["", "", ""]
+    # 2x apart, or unknown activations: not judged
+    assert implausible_runs([Run(8, 5000), Run(16, 5000)], 10.0) == ["", ""]
+    assert implausible_runs(runs, None) == ["", "", ""]
+
+
+def test_the_committed_table_carries_the_rule_and_training_leaves_flagged_rows_out() -> None:
+    rows = measurements.read()
+    assert [r.implausible for r in measurements.flag_implausible(rows)] == [
+        r.implausible for r in rows
+    ]
+    counts = Counter(r.implausible for r in rows if r.implausible)
+    assert counts[FALLS] > 0 and counts[SAME_PEAK] > 0
+    resnetaa = {
+        r.batch_size: r.implausible for r in rows if r.model == '{"catalog": "timm:resnetaa34d"}'
+    }
+    assert resnetaa[64] == resnetaa[128] == FALLS
+    flagged = [r for r in rows if r.implausible and not r.censored][:50]
+    assert flagged and prepare(flagged).rows == []
