@@ -18,3 +18,9 @@ static_files = StaticFiles(directory=STATIC_DIR)
 @router.get("/", include_in_schema=False)
 def dashboard() -> FileResponse:
     return FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+def favicon() -> FileResponse:
+    """The icon browsers ask for at this path (an SVG: every current browser takes one)."""
+    return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")

@@ -16,7 +16,7 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.e2e.harness import LocalColloc, running, simjob
 
@@ -116,8 +116,22 @@ class Page:
         return [
             entry["message"]
             for entry in self.driver.get_log("browser")  # type: ignore[no-untyped-call]
-            if entry["level"] == "SEVERE" and "favicon" not in entry["message"]
+            if entry["level"] == "SEVERE"
         ]
+
+    def unclipped(self) -> bool:
+        """Whether every label of every chart lies inside its chart's drawing area."""
+        inside: bool = self.driver.execute_script(
+            """return [...document.querySelectorAll(".chart svg")].every((svg) => {
+                 const box = svg.getBoundingClientRect();
+                 return [...svg.querySelectorAll("text")].every((t) => {
+                   const r = t.getBoundingClientRect();
+                   return r.left >= box.left - 0.5 && r.right <= box.right + 0.5
+                     && r.top >= box.top - 0.5 && r.bottom <= box.bottom + 0.5;
+                 });
+               })"""
+        )
+        return inside
 
 
 def job_state(page: Page, job_id: int) -> str | None:
@@ -133,14 +147,31 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
 
     page.open("cluster")
     page.wait("the login form", lambda d: page.count("#login") == 1)
+    assert page.errors() == []  # no API call before there is a token (so no 401)
+    assert colloc.http.get("/favicon.ico").status_code == 200
     page.log_in("colloc_not-a-token")
     page.wait("the refusal", lambda d: "unknown or revoked" in " ".join(page.texts("#login")))
+    refused = page.errors()  # the wrong token's calls, and none other
+    assert refused and all("401 (Unauthorized)" in message for message in refused), refused
     page.log_in(colloc.admin_token)
     page.wait(f"{gpus} GPUs", lambda d: page.count(".gpu[data-uuid]") == gpus)
-    refused = page.errors()  # the calls made before logging in, and none other
-    assert refused and all("401 (Unauthorized)" in message for message in refused), refused
+    assert page.errors() == []
     page.wait("both nodes ready", lambda d: page.texts("#nodes .badge.ready") == ["ready"] * 2)
     page.shot("cluster-idle")
+
+    # the head of the queue is listed on the cluster page, with why each job waits
+    hog = {"memory_mib": 30000, "command": simjob(1000, 300)}
+    blocker = colloc.http.post("/v1/jobs", json={"name": "a100-hog", **hog}).json()["id"]
+    colloc.wait_for(blocker, {"running"})
+    waiter = colloc.http.post("/v1/jobs", json={"name": "a100-waiter", **hog}).json()["id"]
+    pending_row = f'#pending-table tr[data-job-id="{waiter}"]'
+    page.wait(
+        "the waiting job and its reason", lambda d: "needs" in " ".join(page.texts(pending_row))
+    )
+    page.shot("cluster-pending")
+    for doomed in (waiter, blocker):
+        assert colloc.http.post(f"/v1/jobs/{doomed}/cancel").status_code == 200
+    page.wait("an empty queue", lambda d: "No job is waiting" in " ".join(page.texts("#pending")))
 
     # a training job: the estimator's numbers reserve it; the simulated run uses 90% of
     # the estimated peak on whichever GPU model it gets
@@ -169,6 +200,11 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
     page.wait("the job's page", lambda d: page.texts("#job-state") == ["succeeded"])
     page.wait("its events", lambda d: "job.succeeded" in " ".join(page.texts("#job-events td")))
     page.wait("its output", lambda d: page.texts("#job-log") and page.texts("#job-log")[0] != "")
+    Select(browser.find_element(By.ID, "log-stream")).select_by_value("stderr")
+    page.wait(
+        "its empty stderr said to be empty, not awaited",
+        lambda d: page.texts("#job-log") == ["(attempt 1 wrote nothing to stderr)"],
+    )
     rows = page.texts("#job-estimates tbody tr")
     assert len(rows) == len(estimates)
     observed = colloc.job(job_id)["attempts"][0]
@@ -179,13 +215,26 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
     page.open("estimator")
     page.wait("estimate-vs-observed accuracy", lambda d: len(page.texts("#accuracy tbody tr")) == 1)
     page.wait("a scatter point", lambda d: page.count(".chart circle") == 1)
+    assert page.unclipped(), "a chart label runs past the chart's edge"
     page.shot("estimator")
 
     page.open("events")
     page.wait("the event feed", lambda d: "job.succeeded" in " ".join(page.texts("#events td")))
+    nodes = {text for text in page.texts("#events td.node") if text}
+    assert nodes and nodes <= {"node-a", "node-b"}, nodes  # names, not ids
     page.shot("events")
 
     page.open("cluster")
     page.wait("usage charts with samples", lambda d: page.count("#usage path") > 0)
+    model_colors = browser.execute_script(
+        "return [...document.querySelectorAll('#usage .chart:first-child .legend i')]"
+        ".map((i) => i.style.background)"
+    )
+    assert len(model_colors) == 2 and len(set(model_colors)) == 2, model_colors
+    ten = browser.execute_script(
+        "return Object.values(distinctColors([...'abcdefghij']))"
+    )  # the palette gives ten models ten colours
+    assert len(set(ten)) == 10
+    assert page.unclipped(), "a chart label runs past the chart's edge"
     page.shot("cluster-usage")
     assert page.errors() == []

@@ -3,6 +3,7 @@
 
 const REFRESH_MS = 2000;
 const PAGE = 50;
+const PENDING_SHOWN = 10;  // the head of the queue on the cluster page
 const LOG_TAIL = 64 * 1024;
 const JOB_STATES = ["pending", "placed", "running", "succeeded", "failed", "oom", "cancelled", "lost"];
 // [value, label] pairs (object keys that look like numbers would be reordered)
@@ -122,8 +123,8 @@ function gpuRow(gpu) {
       `used ${fmtMib(gpu.memory_used_mib)} · foreign ${fmtMib(gpu.memory_foreign_mib)} · free ${fmtMib(gpu.memory_free_mib)}`));
 }
 
-function usageLines(series, field, dash) {
-  return series.map((s) => ({ label: s.key, color: colorFor(s.key), dash, points: s.points.map((p) => [new Date(p.at), p[field]]) }));
+function usageLines(series, field, dash, colors) {
+  return series.map((s) => ({ label: s.key, color: colors[s.key], dash, points: s.points.map((p) => [new Date(p.at), p[field]]) }));
 }
 
 function chartBlock(title, lines, legend) {
@@ -137,17 +138,18 @@ const cluster = {
       stats: h("div", { class: "cards", id: "stats" }),
       nodes: h("div", { class: "cards", id: "nodes" }),
       charts: h("div", { class: "grid2", id: "usage" }),
+      pending: h("div", { id: "pending" }),
     };
     root.append(h("h2", {}, "Cluster"), parts.stats,
       h("div", { class: "legend" },
         h("span", {}, h("i", { style: "background:#2f5fd0" }), "reservation (one colour per job)"),
         h("span", {}, h("i", { class: "foreign" }), "foreign use"),
         h("span", {}, h("i", { style: "background:#1d2330;height:4px" }), "observed use")),
-      parts.nodes, parts.charts);
+      parts.nodes, h("h2", {}, "Pending jobs (the first in the queue)"), parts.pending, parts.charts);
     return async () => {
       const [c, pending, running, byModel, byUser] = await Promise.all([
         api("/v1/admin/cluster"),
-        api("/v1/admin/jobs", { state: "pending", limit: 1 }),
+        api("/v1/admin/jobs", { state: "pending", limit: PENDING_SHOWN }),
         api("/v1/admin/jobs", { state: "running", limit: 1 }),
         api("/v1/admin/utilization", { group_by: "gpu_model" }),
         api("/v1/admin/utilization", { group_by: "owner" }),
@@ -166,14 +168,21 @@ const cluster = {
         h("h3", {}, n.name, " ", badge(n.state)),
         h("div", { class: "meta" }, `agent ${n.agent_version} · last heartbeat ${ago(n.last_heartbeat_at)}`),
         n.gpus.map(gpuRow))));
-      const modelLegend = byModel.series.map((s) => h("span", {}, h("i", { style: `background:${colorFor(s.key)}` }), s.key));
+      parts.pending.replaceChildren(pending.jobs.length ? table(["id", "name", "user", "queue", "GPUs", "waiting", "reason"],
+        pending.jobs.map((j) => h("tr", { class: "link", "data-job-id": j.id, onclick: () => { location.hash = `#/jobs/${j.id}`; } },
+          td(j.id), td(j.name), td(j.owner), td(j.queue), num(j.gpus), td(ago(j.created_at)), td(j.reason || ""))),
+        { id: "pending-table" }) : h("p", { class: "muted" }, "No job is waiting."),
+        pending.total > pending.jobs.length ? h("p", {}, h("a", { href: "#/jobs?state=pending" }, `all ${pending.total} pending jobs`)) : null);
+      const modelColors = distinctColors(byModel.series.map((s) => s.key));
+      const userColors = distinctColors(byUser.series.map((s) => s.key));
+      const legend = (series, colors) => series.map((s) => h("span", {}, h("i", { style: `background:${colors[s.key]}` }), s.key));
       parts.charts.replaceChildren(
         chartBlock("Memory per GPU model (solid: reserved, dashed: used, dotted: capacity)",
-          [...usageLines(byModel.series, "reserved_mib", ""), ...usageLines(byModel.series, "used_mib", "5 3"), ...usageLines(byModel.series, "capacity_mib", "1 3")],
-          modelLegend),
+          [...usageLines(byModel.series, "reserved_mib", "", modelColors), ...usageLines(byModel.series, "used_mib", "5 3", modelColors), ...usageLines(byModel.series, "capacity_mib", "1 3", modelColors)],
+          legend(byModel.series, modelColors)),
         chartBlock("Memory per user (solid: reserved, dashed: used)",
-          [...usageLines(byUser.series, "reserved_mib", ""), ...usageLines(byUser.series, "used_mib", "5 3")],
-          byUser.series.map((s) => h("span", {}, h("i", { style: `background:${colorFor(s.key)}` }), s.key))));
+          [...usageLines(byUser.series, "reserved_mib", "", userColors), ...usageLines(byUser.series, "used_mib", "5 3", userColors)],
+          legend(byUser.series, userColors)));
     };
   },
 };
@@ -231,8 +240,8 @@ const job = {
   build(root, params, id) {
     const parts = Object.fromEntries(["head", "summary", "estimates", "attempts", "events", "logs", "spec"].map((k) => [k, h("div", { id: `job-${k}` })]));
     const logChoice = { stream: "stdout", attempt: "" };
-    const streamSelect = h("select", { onchange: (e) => { logChoice.stream = e.target.value; } }, ["stdout", "stderr"].map((s) => h("option", { value: s }, s)));
-    const attemptSelect = h("select", { onchange: (e) => { logChoice.attempt = e.target.value; } });
+    const streamSelect = h("select", { id: "log-stream", onchange: (e) => { logChoice.stream = e.target.value; } }, ["stdout", "stderr"].map((s) => h("option", { value: s }, s)));
+    const attemptSelect = h("select", { id: "log-attempt", onchange: (e) => { logChoice.attempt = e.target.value; } });
     root.append(h("div", { id: "job-detail", "data-job-id": id }, parts.head, parts.summary,
       h("h2", {}, "Estimate per GPU model beside the observed peak"), parts.estimates,
       h("h2", {}, "Attempts"), parts.attempts,
@@ -240,7 +249,7 @@ const job = {
       h("h2", {}, "Events"), parts.events,
       h("h2", {}, "Spec"), parts.spec));
     return async () => {
-      const [j, events] = await Promise.all([api(`/v1/jobs/${id}`), api("/v1/admin/events", { job_id: id, limit: 500 })]);
+      const [j, events, names] = await Promise.all([api(`/v1/jobs/${id}`), api("/v1/admin/events", { job_id: id, limit: 500 }), nodeNames()]);
       const cancel = ["succeeded", "failed", "oom", "cancelled", "lost"].includes(j.state) ? null :
         h("button", { type: "button", onclick: async () => { if (confirm(`Cancel job ${id}?`)) await api(`/v1/jobs/${id}/cancel`, {}, { method: "POST" }).catch((e) => alert(e.message)); } }, "cancel job");
       parts.head.replaceChildren(h("h2", {}, h("a", { href: "#/jobs" }, "Jobs"), ` › #${j.id} ${j.name} `, h("span", { id: "job-state" }, badge(j.state)), " ", cancel));
@@ -268,11 +277,13 @@ const job = {
       }
       if (logChoice.attempt) {
         const page = await logTail(id, logChoice.attempt, logChoice.stream).catch((e) => ({ text: e.message }));
-        parts.logs.replaceChildren(h("pre", { id: "job-log" }, page.text || "(no output yet)"));
+        const ended = ["succeeded", "failed", "oom", "cancelled", "lost", "preempted"].includes(page.attempt_state);
+        const none = ended ? `(attempt ${logChoice.attempt} wrote nothing to ${logChoice.stream})` : "(no output yet)";
+        parts.logs.replaceChildren(h("pre", { id: "job-log" }, page.text || none));
       } else {
         parts.logs.replaceChildren(h("p", { class: "muted" }, "Not placed yet: no output."));
       }
-      parts.events.replaceChildren(eventTable(events.events));
+      parts.events.replaceChildren(eventTable(events.events, names));
       parts.spec.replaceChildren(h("pre", { id: "job-spec" }, JSON.stringify(j.spec, null, 2)));
     };
   },
@@ -305,7 +316,7 @@ const estimator = {
           h("h2", {}, model),
           scatterChart(points.map((p) => ({ x: p.peak_mib, y: p.observed_mib, bad: p.observed_mib > p.upper_mib,
             title: `job ${p.job_id} attempt ${p.attempt}: estimated ${p.peak_mib} MiB (bound ${p.upper_mib}), observed ${p.observed_mib} MiB` })),
-          { xLabel: "estimated peak (x) against observed peak (y); red: above the reserved bound" })))),
+          { xLabel: "estimated peak", yLabel: "observed peak (red: above the bound)" })))),
         h("h2", {}, "Calibration versions"),
         table(["version", "active", "trained on peaks", "created"], e.versions.map((v) => h("tr", {}, td(v.version), td(v.active ? "yes" : ""), num(v.observations), td(when(v.created_at))))));
     };
@@ -314,9 +325,16 @@ const estimator = {
 
 // ---- events --------------------------------------------------------------
 
-function eventTable(events) {
+// node id -> name, from the cluster query (events carry ids)
+async function nodeNames() {
+  const cluster = await api("/v1/admin/cluster");
+  return Object.fromEntries(cluster.nodes.map((n) => [n.id, n.name]));
+}
+
+function eventTable(events, names) {
   return table(["time", "kind", "job", "node", "message"], events.map((e) => h("tr", { "data-event-id": e.id },
-    td(when(e.at)), td(e.kind), td(e.job_id ? h("a", { href: `#/jobs/${e.job_id}` }, `#${e.job_id}`) : ""), num(e.node_id), td(e.message))), { class: "feed" });
+    td(when(e.at)), td(e.kind), td(e.job_id ? h("a", { href: `#/jobs/${e.job_id}` }, `#${e.job_id}`) : ""),
+    td(e.node_id === null ? "" : names[e.node_id] || `#${e.node_id}`, "node"), td(e.message))), { class: "feed" });
 }
 
 const events = {
@@ -329,8 +347,10 @@ const events = {
       { name: "window", label: "when", options: WINDOWS },
     ], params, (values) => setHashParams("events", values)), body);
     return async () => {
-      const found = await api("/v1/admin/events", { kind: params.kind, job_id: params.job_id, owner: params.owner, since: sinceParam(Number(params.window)), order: "newest", limit: 200 });
-      body.replaceChildren(h("p", { class: "muted" }, `${found.total} matching events`), eventTable(found.events));
+      const [found, names] = await Promise.all([
+        api("/v1/admin/events", { kind: params.kind, job_id: params.job_id, owner: params.owner, since: sinceParam(Number(params.window)), order: "newest", limit: 200 }),
+        nodeNames()]);
+      body.replaceChildren(h("p", { class: "muted" }, `${found.total} matching events`), eventTable(found.events, names));
     };
   },
 };
@@ -389,6 +409,7 @@ function logout() {
 }
 
 function navigate() {
+  if (!localStorage.getItem(TOKEN_KEY)) { showLogin(""); return; }  // nothing to ask the API yet
   generation += 1;
   const { view, id, params } = parseHash();
   const root = document.getElementById("view");

@@ -17,12 +17,20 @@ function niceMax(value) {
   return 10 * step;
 }
 
-const PALETTE = ["#2f5fd0", "#d0682f", "#1f8a4c", "#8a3fd0", "#c53030", "#0f8b8d", "#b7791f", "#596275"];
+// Tableau 10 (Maureen Stone's 2016 redesign): ten hues chosen to stay apart from each
+// other, in print and for the common colour-vision deficiencies.
+const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 
+// a colour that stays with a key across refreshes (jobs: many, so some share one)
 function colorFor(key) {
   let h = 0;
   for (const ch of String(key)) h = (h * 31 + ch.charCodeAt(0)) >>> 0;
   return PALETTE[h % PALETTE.length];
+}
+
+// key -> colour, a different one for each of up to PALETTE.length keys (in sorted order)
+function distinctColors(keys) {
+  return Object.fromEntries([...new Set(keys)].sort().map((k, i) => [k, PALETTE[i % PALETTE.length]]));
 }
 
 // lines: [{label, color, dash, points: [[x(Date|number), y]]}]
@@ -61,8 +69,8 @@ function lineChart(lines, { width = 640, height = 220, xTime = true } = {}) {
 }
 
 // points: [{x, y, bad, title}]; draws y = x and marks `bad` points red
-function scatterChart(points, { width = 420, height = 320, xLabel = "" } = {}) {
-  const pad = { l: 56, r: 12, t: 12, b: 34 };
+function scatterChart(points, { width = 420, height = 320, xLabel = "", yLabel = "" } = {}) {
+  const pad = { l: 66, r: 24, t: 12, b: 34 };
   const svg = svgEl("svg", { viewBox: `0 0 ${width} ${height}`, role: "img" });
   const max = niceMax(Math.max(1, ...points.flatMap((p) => [p.x, p.y])));
   const sx = (x) => pad.l + (x / max) * (width - pad.l - pad.r);
@@ -71,10 +79,12 @@ function scatterChart(points, { width = 420, height = 320, xLabel = "" } = {}) {
     const v = (max * i) / 4;
     svg.appendChild(svgEl("line", { x1: pad.l, x2: width - pad.r, y1: sy(v), y2: sy(v), stroke: "#eef0f4" }));
     svg.appendChild(svgEl("text", { x: pad.l - 4, y: sy(v) + 3, "text-anchor": "end" }, fmtMib(v)));
-    svg.appendChild(svgEl("text", { x: sx(v), y: height - 18, "text-anchor": "middle" }, fmtMib(v)));
+    svg.appendChild(svgEl("text", { x: sx(v), y: height - 18, "text-anchor": i === 4 ? "end" : "middle" }, fmtMib(v)));
   }
   svg.appendChild(svgEl("line", { x1: sx(0), y1: sy(0), x2: sx(max), y2: sy(max), stroke: "#9aa1ad", "stroke-dasharray": "4 3" }));
   svg.appendChild(svgEl("text", { x: (width + pad.l) / 2, y: height - 4, "text-anchor": "middle" }, xLabel));
+  const yMid = (height - pad.b + pad.t) / 2;  // rotated along the left edge, clear of the ticks
+  svg.appendChild(svgEl("text", { x: 10, y: yMid, "text-anchor": "middle", transform: `rotate(-90 10 ${yMid})` }, yLabel));
   for (const p of points) {
     const dot = svgEl("circle", { cx: sx(p.x), cy: sy(p.y), r: 3.5, fill: p.bad ? "#c53030" : "#2f5fd0", "fill-opacity": 0.75 });
     dot.appendChild(svgEl("title", {}, p.title || ""));
