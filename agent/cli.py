@@ -161,7 +161,8 @@ def run_simjob(args: argparse.Namespace) -> int:
 
 def add_commands(commands: Any) -> None:
     # every option defaults to None so that the config file and environment show through
-    agent = commands.add_parser("agent", help="run the node agent")
+    # no abbreviations: `--token T` must not pass for `--token-file T`
+    agent = commands.add_parser("agent", help="run the node agent", allow_abbrev=False)
     agent.add_argument("--config", type=Path, metavar="FILE.yaml", help="agent config file")
     agent.add_argument("--server", help="the scheduler's URL (COLLOC_SERVER)")
     # no --token: a command line is readable by every process on the node (/proc/PID/cmdline)

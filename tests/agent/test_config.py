@@ -53,6 +53,25 @@ def test_token_file(tmp_path: Path) -> None:
         load_settings(None, {"token_file": tmp_path / "none"}).resolved_token()
 
 
+
+def test_a_token_in_the_environment_does_not_shadow_the_token_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell holding the admin's COLLOC_TOKEN (as the walk-through exports it) must not
+    start an agent acting with it instead of the node's own token."""
+    (tmp_path / "token").write_text("colloc_node\n")
+    (tmp_path / "token").chmod(0o600)
+    monkeypatch.setenv("COLLOC_TOKEN", "colloc_admin")
+    settings = load_settings(None, {"token_file": tmp_path / "token"})
+    with pytest.raises(AgentConfigError, match="both a token .* and token_file are set"):
+        settings.resolved_token()
+
+
+def test_the_agent_takes_no_token_on_its_command_line() -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["agent", "--token", "colloc_x"])
+
+
 def test_the_shipped_config_and_systemd_unit_are_valid(repo_root: Path) -> None:
     settings = load_settings(repo_root / "examples" / "agent.yaml", {})
     assert settings.state_dir == Path("/var/lib/colloc-agent") and not settings.stop_jobs_on_exit
