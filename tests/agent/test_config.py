@@ -53,7 +53,6 @@ def test_token_file(tmp_path: Path) -> None:
         load_settings(None, {"token_file": tmp_path / "none"}).resolved_token()
 
 
-
 def test_a_token_in_the_environment_does_not_shadow_the_token_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -63,7 +62,7 @@ def test_a_token_in_the_environment_does_not_shadow_the_token_file(
     (tmp_path / "token").chmod(0o600)
     monkeypatch.setenv("COLLOC_TOKEN", "colloc_admin")
     settings = load_settings(None, {"token_file": tmp_path / "token"})
-    with pytest.raises(AgentConfigError, match="both a token .* and token_file are set"):
+    with pytest.raises(AgentConfigError, match=r"both a token .* and token_file are set"):
         settings.resolved_token()
 
 
