@@ -80,22 +80,6 @@ def _tag_log_lines(node: str) -> None:
         handler.setFormatter(_NodeTagged(node, handler.formatter or logging.Formatter()))
 
 
-class _NodeTagged(logging.Formatter):
-    """Prefixes each line with the node: `colloc up` runs every agent in one terminal."""
-
-    def __init__(self, node: str, inner: logging.Formatter) -> None:
-        super().__init__()
-        self.node, self.inner = node, inner
-
-    def format(self, record: logging.LogRecord) -> str:
-        return f"[{self.node}] {self.inner.format(record)}"
-
-
-def _tag_log_lines(node: str) -> None:
-    for handler in logging.getLogger().handlers:
-        handler.setFormatter(_NodeTagged(node, handler.formatter or logging.Formatter()))
-
-
 def run_agent(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config, {key: getattr(args, key) for key in FLAGS})
@@ -139,7 +123,6 @@ def run_agent(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    _tag_log_lines(name)
     _tag_log_lines(name)
     log.info(
         "agent for node %s with %d GPU(s); %s", name, len(backend.devices()), identity.describe()
