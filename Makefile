@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint browser clean
+.PHONY: run test lint browser clean catalog test-catalog
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -33,5 +33,26 @@ browser:
 test: lint browser
 	COLLOC_REQUIRE_BROWSER=1 $(BIN)/pytest -q
 
+# The architecture catalog's generator and the tests that need torch (the catalog build,
+# `colloc estimate --trace`) run in a venv of their own: torch with its CUDA libraries is
+# several GB, which `make test` does without (those tests skip there).
+CATALOG_VENV := .venv-catalog
+CATALOG_STAMP := $(CATALOG_VENV)/.installed
+
+$(CATALOG_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(CATALOG_VENV)
+	$(CATALOG_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(CATALOG_VENV)/bin/python -m pip install --quiet -e ".[dev,catalog]"
+	touch $(CATALOG_STAMP)
+
+# regenerate estimator/catalog/data/*.json, then test it
+catalog: $(CATALOG_STAMP)
+	$(CATALOG_VENV)/bin/python -m estimator.catalog.build
+	$(MAKE) test-catalog
+
+test-catalog: $(CATALOG_STAMP)
+	COLLOC_REQUIRE_TORCH=1 $(CATALOG_VENV)/bin/pytest -q tests/estimator/test_catalog.py \
+		tests/estimator/test_catalog_build.py tests/estimator/test_trace.py
+
 clean:
-	rm -rf $(VENV) colloc-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CATALOG_VENV) colloc-data .pytest_cache .mypy_cache .ruff_cache

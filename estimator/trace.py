@@ -1,0 +1,169 @@
+"""`colloc estimate --trace pkg.module:factory`: the `summary` form of a model the
+catalog does not know, measured from the user's own code on the user's machine.
+
+The factory is called with PyTorch's default device set to `meta`, so the model (and
+any example input it returns) has shapes but no storage: nothing is allocated, no
+weights are read, no GPU is needed. One training step's forward runs under autograd's
+saved-tensor hooks, which see every tensor kept for backward (each storage counted once,
+parameters excluded); the backward pass then runs too, so a model that cannot train
+fails here rather than on the cluster. Needs torch (the `trace` extra); the server
+only ever receives the numbers.
+
+The factory returns the model, or `(model, example_batch)` where the batch is a tensor,
+a tuple of tensors or a dict of keyword tensors whose first dimension is the batch;
+with a bare model, `input_shape` gives one sample's shape (e.g. 3,224,224).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from estimator.spec import LayerSummary
+
+TRACE_BATCH = 2  # samples per traced step: activations are reported per sample
+LAYER_TYPES = {
+    "Conv1d": "conv1d",
+    "Conv2d": "conv2d",
+    "Conv3d": "conv3d",
+    "Linear": "linear",
+    "BatchNorm1d": "batchnorm",
+    "BatchNorm2d": "batchnorm",
+    "LayerNorm": "layernorm",
+    "GroupNorm": "groupnorm",
+    "MultiheadAttention": "attention",
+    "Attention": "attention",
+    "Embedding": "embedding",
+}
+
+
+class TraceError(ValueError):
+    """The factory could not be loaded, called or run; the message says which."""
+
+
+def saved_activation_elements(
+    model: torch.nn.Module, *args: Any, **kwargs: Any
+) -> tuple[int, int, Any]:
+    """Elements autograd keeps for backward in one forward pass (parameters excluded),
+    the largest single saved storage among them, and the forward's output."""
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        if storage._cdata not in params:
+            saved[storage._cdata] = storage.nbytes() // max(tensor.element_size(), 1)
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        output = model(*args, **kwargs)
+    return sum(saved.values()), max(saved.values(), default=0), output
+
+
+def describe(model: torch.nn.Module) -> dict[str, Any]:
+    """Parameters, weight matrices and layers by kind."""
+    layers = Counter(
+        LAYER_TYPES[type(m).__name__] for m in model.modules() if type(m).__name__ in LAYER_TYPES
+    )
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "matrices": sum(1 for p in model.parameters() if p.dim() >= 2),
+        "layers": dict(sorted(layers.items())),
+    }
+
+
+def load_factory(target: str) -> Callable[[], Any]:
+    """`pkg.module:factory` as a callable, importing from the working directory too."""
+    module_name, colon, attribute = target.partition(":")
+    if not colon or not module_name or not attribute:
+        raise TraceError(f"--trace wants pkg.module:factory, got {target!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise TraceError(f"cannot import {module_name}: {type(exc).__name__}: {exc}") from exc
+    factory: Any = module
+    for part in attribute.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise TraceError(f"{module_name} has no {attribute}")
+    if not callable(factory):
+        raise TraceError(f"{target} is not callable")
+    return factory  # type: ignore[no-any-return]
+
+
+def _call_args(batch: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if isinstance(batch, torch.Tensor):
+        return (batch,), {}
+    if isinstance(batch, dict):
+        return (), dict(batch)
+    if isinstance(batch, tuple | list):
+        return tuple(batch), {}
+    raise TraceError(f"the example batch is a {type(batch).__name__}, not tensors")
+
+
+def _batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor) and value.dim() > 0:
+            return int(value.shape[0])
+    raise TraceError("the example batch holds no tensor with a batch dimension")
+
+
+def _loss(output: Any) -> torch.Tensor | None:
+    """A scalar from every floating output that needs gradients (logits, losses)."""
+    if isinstance(output, torch.Tensor):
+        found = [output]
+    elif isinstance(output, dict):
+        found = [v for v in output.values() if isinstance(v, torch.Tensor)]
+    elif isinstance(output, tuple | list):
+        found = [v for v in output if isinstance(v, torch.Tensor)]
+    else:
+        found = [v for v in vars(output).values() if isinstance(v, torch.Tensor)]
+    parts = [t.float().sum() for t in found if t.is_floating_point() and t.requires_grad]
+    return torch.stack(parts).sum() if parts else None
+
+
+def trace(target: str, input_shape: tuple[int, ...] | None = None) -> LayerSummary:
+    """The summary form of the model `target` builds (TraceError if it cannot)."""
+    factory = load_factory(target)
+    try:
+        with torch.device("meta"):
+            made = factory()
+            if isinstance(made, tuple) and len(made) == 2:
+                model, batch = made
+            else:
+                if input_shape is None:
+                    raise TraceError(
+                        f"{target} returned only a model: give --input-shape (one sample's "
+                        "shape, e.g. 3,224,224) or return (model, example_batch)"
+                    )
+                model, batch = made, torch.empty(TRACE_BATCH, *input_shape)
+        if not isinstance(model, torch.nn.Module):
+            raise TraceError(f"{target} returned a {type(model).__name__}, not a torch module")
+        model = model.to("meta").train()
+        args, kwargs = _call_args(batch)
+        args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
+        kwargs = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
+        samples = _batch_size(args, kwargs)
+        total, largest, output = saved_activation_elements(model, *args, **kwargs)
+        loss = _loss(output)
+        if loss is not None:
+            loss.backward()  # the step's backward: fails here if the model cannot train
+    except TraceError:
+        raise
+    except Exception as exc:
+        raise TraceError(f"tracing {target} failed: {type(exc).__name__}: {exc}") from exc
+    shape = describe(model)
+    return LayerSummary(
+        params=shape["params"],
+        activations_per_sample=total // samples,
+        largest_activation_per_sample=largest // samples,
+        layers=shape["layers"],
+    )

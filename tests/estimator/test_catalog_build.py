@@ -1,0 +1,52 @@
+"""The catalog build reproduces the committed data (needs torch, torchvision, timm and
+transformers: `make test-catalog`; skipped without them)."""
+
+from __future__ import annotations
+
+import pytest
+
+from estimator.catalog import lookup
+from tests.estimator.torch_or_skip import need
+
+need("torch")
+need("torchvision")
+need("timm")
+need("transformers")
+
+from estimator.catalog import build, hf_build  # noqa: E402
+from estimator.catalog.hf_configs import MODELS  # noqa: E402
+
+HF = {model.name: model for model in MODELS}
+
+
+def _committed(source: str, name: str) -> dict[str, object]:
+    return build.read_entries(source)[name]
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vit_b_16", "mobilenet_v3_small"])
+def test_torchvision_entries_rebuild_exactly(name: str) -> None:
+    built = build.torchvision_entry(name)
+    committed = _committed("torchvision", name)
+    for field in build.VISION_FIELDS:
+        assert built[field] == committed[field], field
+
+
+@pytest.mark.parametrize("name", ["resnet50", "vit_base_patch16_224", "legacy_xception"])
+def test_timm_entries_rebuild_exactly(name: str) -> None:
+    built = build.timm_entry(name)
+    committed = _committed("timm", name)
+    for field in build.TIMM_FIELDS:
+        assert built[field] == committed[field], field
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["google-bert/bert-base-cased", "meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1",
+     "google/flan-t5-small", "openai/whisper-tiny", "google/vit-base-patch16-224"],
+)  # fmt: skip
+def test_hf_entries_rebuild_from_their_config(name: str) -> None:
+    built = hf_build.entry(HF[name])
+    committed = _committed("hf", name)
+    for field in ("params", "matrices", "layers", "activations_per_sample"):
+        assert built.get(field) == committed.get(field), field
+    assert lookup(f"hf:{name}").params == built["params"]

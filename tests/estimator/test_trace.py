@@ -1,0 +1,130 @@
+"""`colloc estimate --trace`: the summary form of the user's own model, built on the
+meta device (needs torch: `make test-catalog`; skipped without it, except the message
+for a machine without torch)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from estimator.catalog import lookup
+from estimator.estimate import default_estimator
+from estimator.spec import TrainingSpec
+from tests.estimator.torch_or_skip import need
+
+FACTORIES = """
+import torch
+import torchvision
+
+
+def resnet18():
+    return torchvision.models.resnet18()
+
+
+class TwoTowers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.text = torch.nn.Embedding(1000, 64)
+        self.mix = torch.nn.Linear(64, 64)
+
+    def forward(self, tokens, scale):
+        return self.mix(self.text(tokens)) * scale
+
+
+def towers():
+    tokens = torch.zeros(4, 16, dtype=torch.long)
+    return TwoTowers(), {"tokens": tokens, "scale": torch.ones(4, 1, 1)}
+
+
+def broken():
+    return torch.nn.Linear(8, 8), torch.empty(2, 9)
+
+
+def not_a_model():
+    return 42
+"""
+
+
+def colloc(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", "estimate", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=cwd,
+        env={"PYTHONPATH": str(Path(__file__).parents[2]), "PATH": "/usr/bin:/bin"},
+    )
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    (tmp_path / "mymodels.py").write_text(FACTORIES)
+    return tmp_path
+
+
+def test_a_traced_resnet18_matches_its_catalog_entry(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need("torchvision")
+    from estimator.trace import trace
+
+    monkeypatch.chdir(project)
+    summary = trace("mymodels:resnet18", (3, 224, 224))
+    entry = lookup("torchvision:resnet18")
+    assert summary.params == entry.params == 11_689_512
+    assert summary.activations_per_sample == entry.activations_per_sample
+    assert summary.largest_activation_per_sample == entry.largest_activation_per_sample
+    assert summary.layers == {k: v for k, v in entry.layers.items()}
+
+
+def test_the_cli_writes_a_summary_that_estimates(project: Path) -> None:
+    need("torchvision")
+    out = project / "model.yaml"
+    result = colloc(project, "--trace", "mymodels:towers", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    model = yaml.safe_load(out.read_text())["model"]
+    summary = model["summary"]
+    assert summary["params"] == 1000 * 64 + 64 * 64 + 64
+    # per sample: the 16 token ids (the embedding's backward), the embedding output
+    # (16x64, the Linear's input) and `scale` (1, for the product's gradient); the
+    # Linear's output is not kept, as `scale` needs no gradient
+    assert summary["activations_per_sample"] == 16 + 16 * 64 + 1
+    assert summary["layers"] == {"embedding": 1, "linear": 1}
+    spec = TrainingSpec.model_validate({"model": model, "batch_size": 32})
+    assert default_estimator().estimate(spec, "T4").peak_mib > 0
+    printed = colloc(project, "--trace", "torchvision.models:resnet18", "--input-shape", "3,64,64")
+    assert printed.returncode == 0, printed.stderr
+    assert yaml.safe_load(printed.stdout)["model"]["summary"]["params"] == 11_689_512
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--trace", "mymodels"), "pkg.module:factory"),
+        (("--trace", "nosuchmodule:f"), "cannot import nosuchmodule"),
+        (("--trace", "mymodels:nothing"), "has no nothing"),
+        (("--trace", "mymodels:resnet18"), "--input-shape"),
+        (("--trace", "mymodels:resnet18", "--input-shape", "3,x"), "invalid literal"),
+        (("--trace", "mymodels:broken"), "tracing mymodels:broken failed"),
+        (("--trace", "mymodels:not_a_model", "--input-shape", "3"), "not a torch module"),
+    ],
+)
+def test_bad_factories_get_a_message_not_a_traceback(
+    project: Path, args: tuple[str, ...], message: str
+) -> None:
+    need("torchvision")
+    result = colloc(project, *args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_without_torch_the_cli_says_how_to_get_it(project: Path) -> None:
+    """A Python whose `import torch` fails (a stand-in module that raises)."""
+    (project / "torch.py").write_text("raise ImportError('No module named torch')\n")
+    result = colloc(project, "--trace", "mymodels:towers")
+    assert result.returncode == 2
+    assert "pip install 'colloc[trace]'" in result.stderr and "Traceback" not in result.stderr
