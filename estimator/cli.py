@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import ValidationError
 
 from estimator.analytical.model import SpecError
@@ -42,7 +43,34 @@ def load_specs(path: Path) -> list[TrainingSpec]:
     return specs
 
 
+def run_trace(args: argparse.Namespace) -> int:
+    """`--trace`: the summary form of the user's model, as a job file's `model:`."""
+    try:
+        from estimator import trace  # needs torch, which Colloc itself does without
+    except ImportError as exc:
+        return _fail(
+            f"--trace builds your model with PyTorch, which is not importable here ({exc}); "
+            "install it: pip install 'colloc[trace]'"
+        )
+    try:
+        shape = tuple(int(n) for n in args.input_shape.split(",")) if args.input_shape else None
+        summary = trace.trace(args.trace, shape)
+    except ValueError as exc:  # TraceError, or a malformed --input-shape
+        return _fail(str(exc))
+    text = yaml.safe_dump({"model": {"summary": summary.model_dump()}}, sort_keys=False)
+    if args.out:
+        args.out.write_text(text, encoding="utf-8")
+        print(f"summary of {args.trace} written to {args.out}", file=sys.stderr)
+    else:
+        print(text, end="")
+    return 0
+
+
 def run_estimate(args: argparse.Namespace) -> int:
+    if args.trace:
+        return run_trace(args)
+    if args.file is None:
+        return _fail("estimate needs a spec FILE (or --trace pkg.module:factory)")
     if args.gpu is not None and find_gpu_model(args.gpu) is None:
         known = ", ".join(m.name for m in GPU_MODELS)
         return _fail(f"unknown GPU model {args.gpu!r}; known: {known}")
@@ -93,7 +121,19 @@ def run_extract(args: argparse.Namespace) -> int:
 
 def add_commands(commands: Any) -> None:
     estimate = commands.add_parser("estimate", help="offline peak-memory estimate")
-    estimate.add_argument("file", type=Path, help="one TrainingSpec or a list (YAML/JSON)")
+    estimate.add_argument(
+        "file", type=Path, nargs="?", help="one TrainingSpec or a list (YAML/JSON)"
+    )
+    estimate.add_argument(
+        "--trace",
+        metavar="PKG.MODULE:FACTORY",
+        help="measure your own model on the meta device (needs torch) and print its "
+        "summary form for a job file's training.model",
+    )
+    estimate.add_argument(
+        "--input-shape", help="with --trace: one sample's input shape, e.g. 3,224,224"
+    )
+    estimate.add_argument("--out", type=Path, help="with --trace: write the summary here")
     estimate.add_argument("--gpu", help="one GPU model (default: every known model)")
     estimate.add_argument("--json", action="store_true", help="one Estimate object per line")
     estimate.set_defaults(run=run_estimate)
