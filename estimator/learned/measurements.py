@@ -260,6 +260,47 @@ def _real_rows(cnns: Path, models: Path) -> list[Measurement]:
     return rows
 
 
+RTX_3090 = "NVIDIA GeForce RTX 3090"
+# Lucid's ImageNet workloads (workloads/imagenet/profile_imagenet.py @ 9b9ba89):
+# torchvision models by name on 224x224 random inputs, plain SGD, autocast + GradScaler
+# when `amp` is 1; the CIFAR, RL, LSTM, BERT and other workloads use the artifact's own
+# model code or settings it does not record, so they have no spec here.
+LUCID_MODELS = {"ResNet50": "torchvision:resnet50", "MobileNetV3": "torchvision:mobilenet_v3_small"}
+
+
+def lucid_rows(shared: Path) -> list[Measurement]:
+    """Lucid's solo ImageNet runs on one RTX 3090 (`lucid/single_data.csv`): a held-out
+    environment (another GPU, stack, precision and optimizer), not training data.
+
+    `gmem` is the mean `nvidia-smi` memory used, sampled every 0.2 s after ten warm-up
+    iterations. The caching allocator keeps the segments it reserved in the first
+    iterations, so after warm-up the reading is flat at the step's peak; the source's
+    pair data confirms it (two jobs' peak = the sum of their solo means, median ratio
+    1.003, data README). Like any sampled figure it can miss a shorter spike.
+    """
+    rows = []
+    for row in csv.DictReader((shared / "lucid" / "single_data.csv").open(encoding="utf-8")):
+        if row["model"] not in LUCID_MODELS or row["dataset"] != "ImageNet":
+            continue
+        name = LUCID_MODELS[row["model"]]
+        rows.append(
+            Measurement(
+                "lucid",
+                f"lucid:{row['model']}",
+                json.dumps({"catalog": name}),
+                int(row["batchsize"]),
+                None,
+                224,
+                "amp_fp16" if row["amp"] == "1" else "fp32",
+                "sgd",
+                RTX_3090,
+                round(float(row["gmem"])),
+                False,
+            )
+        )
+    return rows
+
+
 @dataclass(frozen=True)
 class Run:
     """One measured run of a configuration: its batch and measured peak."""
@@ -323,11 +364,9 @@ def flag_implausible(rows: list[Measurement]) -> list[Measurement]:
     """`rows` with `implausible` set by the rule, configuration by configuration."""
     configs: dict[tuple[Any, ...], list[int]] = {}
     for i, row in enumerate(rows):
-        key = (row.source, row.model, row.seq_len, row.image_size, row.precision) + (
-            row.optimizer,
-            row.gpu_model,
-            row.flash_attention,
-            row.extra,
+        key: tuple[Any, ...] = (
+            *(row.source, row.model, row.seq_len, row.image_size, row.precision),
+            *(row.optimizer, row.gpu_model, row.flash_attention, row.extra),
         )
         configs.setdefault(key, []).append(i)
     flagged = list(rows)
