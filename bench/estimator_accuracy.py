@@ -97,6 +97,13 @@ def held_out_architectures(rows: list[Measurement]) -> None:
             if present.any():
                 values = theirs[present].astype(float)
                 print(row(f"{source} / {THEIRS[label]}", scores(values, values, measured[present])))
+    groups = np.array([r.group for r in data.rows])
+    families = coverage_by_group(data.measured_mib[ok], upper[ok], groups[ok])
+    count, failing, runs, named = failing_families(families)
+    print(
+        f"\n- held-out families: {count}; with more than {TARGET_ABOVE:.0%} of their runs "
+        f"above the bound: {failing} ({runs} runs); worst: {named}"
+    )
     at_limit = data.measured_mib >= measurements.CENSORED_MIB
     let_in = int(np.sum(upper[at_limit] < measurements.CENSORED_MIB))
     print(
@@ -104,6 +111,14 @@ def held_out_architectures(rows: list[Measurement]) -> None:
         f"{int(at_limit.sum())}; Colloc's bound said they fit below it on {let_in}"
     )
     print(f"- cross-validation wall time: {fit_s:.1f} s")
+
+
+def failing_families(by_family: dict[str, tuple[int, float]]) -> tuple[int, int, int, str]:
+    """Families, those above the coverage target, their runs, the worst five named."""
+    failing = {g: v for g, v in by_family.items() if v[1] > TARGET_ABOVE}
+    worst = sorted(failing.items(), key=lambda kv: -kv[1][1] * kv[1][0])[:5]
+    named = ", ".join(f"{g} {share:.0%} of {n}" for g, (n, share) in worst) or "-"
+    return len(by_family), len(failing), sum(n for n, _share in failing.values()), named
 
 
 @dataclass
@@ -157,7 +172,7 @@ def held_out_environments(
     print(f"\n### Held-out environments (leave one out; offset from the first {first_runs} runs)\n")
     print("| environment / offset " + HEADER)
     print("|---|---|---|---|---|---|")
-    families: list[tuple[str, dict[str, tuple[int, float]], Judged]] = []
+    families: list[tuple[str, dict[str, tuple[int, float]]]] = []
     shipped: Artifact | None = None
     seconds: list[str] = []
     for environment in environments:
@@ -181,20 +196,15 @@ def held_out_environments(
                 row(f"{environment} / {label}", scores(judged.peak, judged.upper, judged.measured))
             )
         groups = np.array([r.group for r in judged.rows])
-        families.append(
-            (environment, coverage_by_group(judged.measured, judged.upper, groups), judged)
-        )
+        families.append((environment, coverage_by_group(judged.measured, judged.upper, groups)))
         seconds.append(f"{environment} {time.perf_counter() - started:.0f} s")
     print(f"\n- trained and judged in: {', '.join(seconds)}")
     print("\n#### Coverage per held-out architecture family (with the offset)\n")
     print("| environment | families | families above 5% | runs in them | worst families |")
     print("|---|---|---|---|---|")
-    for environment, by_family, _judged in families:
-        failing = {g: v for g, v in by_family.items() if v[1] > TARGET_ABOVE}
-        worst = sorted(failing.items(), key=lambda kv: -kv[1][1] * kv[1][0])[:5]
-        named = ", ".join(f"{g} {share:.0%} of {n}" for g, (n, share) in worst) or "-"
-        runs = sum(n for n, _share in failing.values())
-        print(f"| {environment} | {len(by_family)} | {len(failing)} | {runs} | {named} |")
+    for environment, by_family in families:
+        count, failing, runs, named = failing_families(by_family)
+        print(f"| {environment} | {count} | {failing} | {runs} | {named} |")
 
 
 def torchtitan_spec(raw: dict[str, str]) -> TrainingSpec:

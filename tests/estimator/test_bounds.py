@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -84,3 +85,14 @@ def test_the_committed_table_carries_the_rule_and_training_leaves_flagged_rows_o
     assert resnetaa[64] == resnetaa[128] == FALLS
     flagged = [r for r in rows if r.implausible and not r.censored][:50]
     assert flagged and prepare(flagged).rows == []
+
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="the shared data folder is not beside the repo")
+def test_lucid_imagenet_runs_are_a_plausible_held_out_campaign() -> None:
+    rows = measurements.lucid_rows(SHARED)
+    assert len(rows) == 12 and {r.gpu_model for r in rows} == {measurements.RTX_3090}
+    assert {r.precision for r in rows} == {"fp32", "amp_fp16"}
+    assert not any(r.implausible for r in measurements.flag_implausible(rows))
