@@ -126,6 +126,8 @@ def run_up(args: argparse.Namespace) -> int:
                     str(data_dir / "agents" / node.name),
                     "--logs-dir",
                     str(data_dir / "logs" / node.name),
+                    "--work-dir",
+                    str(data_dir / "work" / node.name),
                     "--stop-jobs-on-exit",  # one machine: nothing outlives `colloc up`
                     # one user: every job runs as whoever started `colloc up`, root included
                     "--run-jobs-as",
