@@ -69,6 +69,7 @@ class Source:
 
     by_name: dict[str, CatalogEntry]
     aliases: dict[str, str]  # other name -> catalogued name (timm: maybe with a tag)
+    spelled: dict[str, str]  # every name and alias, lower-cased -> as published
     tags: dict[str, frozenset[str]]  # timm architecture -> its pretrained tags
     tag_classes: dict[str, int]  # "arch.tag" -> classes, where not the default
 
@@ -97,14 +98,17 @@ def _load(source: str) -> Source:
         dict(zip(raw["fields"], row, strict=True)) for row in raw["rows"]
     ]
     by_name = {entry.name.lower(): entry for entry in (_entry(source, item) for item in items)}
+    spelled = {key: entry.name for key, entry in by_name.items()}
+    spelled |= {alias.lower(): alias for alias in raw.get("aliases", {})}
     aliases = {alias.lower(): target.lower() for alias, target in raw.get("aliases", {}).items()}
     if source == "hf":  # Hugging Face ids also match without their organisation
         for key, target in [*((k, k) for k in by_name), *aliases.items()]:
             if "/" in key:
                 aliases.setdefault(key.split("/", 1)[1], target)
+                spelled.setdefault(key.split("/", 1)[1], spelled[key].split("/", 1)[1])
     tags = {arch.lower(): frozenset(t.lower().split()) for arch, t in raw.get("tags", {}).items()}
     tag_classes = {name.lower(): int(n) for name, n in raw.get("tag_classes", {}).items()}
-    return Source(by_name, aliases, tags, tag_classes)
+    return Source(by_name, aliases, spelled, tags, tag_classes)
 
 
 @cache
@@ -148,13 +152,12 @@ def lookup(name: str) -> CatalogEntry:
 
 
 def _close(key: str, names: tuple[str, ...]) -> list[str]:
-    """Up to five catalogued names nearest to `key`, as they are spelled."""
+    """Up to five catalogued names or aliases nearest to `key`, as they are spelled."""
     spelled: dict[str, str] = {}
     for source in names:
-        for entry in sources()[source].by_name.values():
-            spelled.setdefault(entry.name.lower(), entry.name)
-    arch = key.partition(".")[0]
+        spelled |= sources()[source].spelled
     close = difflib.get_close_matches(key, sorted(spelled), n=5, cutoff=0.6)
+    arch = key.partition(".")[0]
     if arch != key and arch in spelled and arch not in close:
         close.insert(0, arch)  # a timm architecture with an unknown tag
     return [spelled[k] for k in close[:5]]
