@@ -19,7 +19,7 @@ from functools import cache
 from typing import Protocol
 
 import numpy as np
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from estimator.analytical.context import context_mib
 from estimator.analytical.model import Breakdown, ModelShape, breakdown, communicates, resolve
@@ -41,8 +41,8 @@ MODEL_HISTORY = "+model-history"
 
 class Estimate(BaseModel):
     gpu_model: str
-    peak_mib: int
-    upper_mib: int
+    peak_mib: int = Field(ge=0)  # never negative, however it was made
+    upper_mib: int = Field(ge=0)
     coverage: float
     method: str
     breakdown_mib: dict[str, int]
@@ -112,6 +112,7 @@ class Estimator:
             above = self.history.model_ratio(spec)
             if above is not None and peak * above * (1 + HISTORY_MARGIN) > upper:
                 upper, method = peak * above * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
+        peak = max(peak, 0.0)  # a tiny peak moved from a GPU of larger fixed cost is below 0
         return Estimate(
             gpu_model=name,
             peak_mib=round(peak),
@@ -148,12 +149,20 @@ class Estimator:
         ]
         return max(moved, default=None)
 
-    def observe(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> None:
-        """Remember a peak a finished job really reached (for history and refits), and
-        how far it lay above what the models say of it."""
+    def observe(
+        self,
+        spec: TrainingSpec,
+        gpu_model: str,
+        peak_mib: int,
+        owner: str | None = None,
+        trusted: bool = False,
+    ) -> None:
+        """Remember a credible peak a finished job of `owner` really reached, and how far
+        it lay above what the models say of it; refits learn from the peaks every owner
+        may rely on (history.py)."""
         name, ratio = self._above_models(spec, gpu_model, peak_mib)
-        self.history.add(spec, name, peak_mib, ratio)
-        self.observations.append(observation(spec, name, peak_mib))
+        for gpu, peak in self.history.add(spec, name, peak_mib, ratio, owner, trusted):
+            self.observations.append(observation(spec, gpu, peak))
 
     def observe_oom(self, spec: TrainingSpec, gpu_model: str, held_mib: int) -> None:
         """Remember that a run died of an OOM holding `held_mib`: it needed more, so its

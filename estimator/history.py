@@ -3,19 +3,37 @@
 A spec's fingerprint is the hash of its canonical JSON, so resubmitting the same
 training configuration finds the peaks observed before and needs no guessing: on the
 same GPU model as they are, on another with the CUDA context swapped (`estimate.py`).
+
+History is only as good as the runs it learns from, and on a shared cluster a user
+chooses what their job really does. So a peak is learned from only when it is credible
+(`credibility_problem`), and one owner's peaks answer only for that owner's jobs until
+they are corroborated: the spec also ran for another owner, or an admin trusts them.
+Until then other owners' jobs get the models' estimate, as if the spec never ran; a
+user cannot talk another's reservation down (the bound an architecture's runs widen
+only ever rises, so it stays shared).
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
+from dataclasses import dataclass
 
+from estimator.analytical.model import breakdown
 from estimator.gpus import canonical_gpu_name
 from estimator.spec import TrainingSpec
 
 # Repeat runs of one configuration in one environment differ by a few percent
 # (cuDNN algorithm choice, allocator history); keep this much above the largest seen.
 HISTORY_MARGIN = 0.10
+# A training run reaches its peak in its first optimizer steps (the optimizer state is
+# allocated at the first step, the activations at the first forward and backward), after
+# a start-up (importing PyTorch, creating the CUDA context, building and loading the
+# model, starting data-loader workers, cuDNN autotuning) that takes tens of seconds for
+# PyTorch jobs on the GPUs Colloc runs on. A run that ended within a minute most likely
+# never reached its training loop (a `sleep`, a crash at import): its peak says nothing.
+MIN_CREDIBLE_RUN_S = 60.0
 
 
 def fingerprint(spec: TrainingSpec) -> str:
@@ -32,18 +50,73 @@ def architecture(spec: TrainingSpec) -> str:
     return json.dumps(spec.model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
 
+def weights_mib(spec: TrainingSpec) -> float:
+    """The analytical weights term: what one GPU of the job holds of the model's
+    parameters (whatever the GPU); SpecError if the estimator cannot read `spec`."""
+    return breakdown(spec, None).weights
+
+
+def credibility_problem(*, peak_mib: int, ran_s: float, weights_mib: float) -> str | None:
+    """Why an observed peak of a finished run is not one to learn from, or None."""
+    if peak_mib <= 0:
+        return "no GPU memory was seen in use"
+    if ran_s < MIN_CREDIBLE_RUN_S:
+        return (
+            f"ran {ran_s:.0f} s, less than the {MIN_CREDIBLE_RUN_S:.0f} s a training run "
+            "takes to reach its peak"
+        )
+    if peak_mib < weights_mib:
+        return f"peak {peak_mib} MiB is below the {weights_mib:.0f} MiB its weights alone take"
+    return None
+
+
+@dataclass
+class _Peak:
+    peak_mib: int
+    owner: str | None  # None: observations without owners (the simulator, one team)
+    released: bool  # every owner's jobs may rely on it (and refits learn from it)
+
+
 class ObservationHistory:
     """Observed peaks by spec fingerprint, then GPU model; and, by architecture, the
-    largest ratio of an observed peak to the estimate the models made of it."""
+    largest ratio of an observed peak to the estimate the models made of it.
+
+    `seen_by(owner)` is the history as that owner's jobs see it: released peaks plus the
+    owner's own. The history itself (no viewer) shows released peaks only."""
 
     def __init__(self) -> None:
-        self._peaks: dict[str, dict[str, list[int]]] = {}
+        self._peaks: dict[str, dict[str, list[_Peak]]] = {}
+        self._owners: dict[str, set[str | None]] = {}  # who ran each fingerprint
         self._ratios: dict[str, float] = {}
+        self._viewer: str | None = None
 
-    def add(self, spec: TrainingSpec, gpu_model: str, peak_mib: int, ratio: float) -> None:
-        by_gpu = self._peaks.setdefault(fingerprint(spec), {})
-        by_gpu.setdefault(_gpu_key(gpu_model), []).append(peak_mib)
+    def add(
+        self,
+        spec: TrainingSpec,
+        gpu_model: str,
+        peak_mib: int,
+        ratio: float,
+        owner: str | None = None,
+        trusted: bool = False,
+    ) -> list[tuple[str, int]]:
+        """Keep a credible peak; returns the (GPU model, peak) pairs it released for
+        every owner (itself, and earlier ones of the spec when it corroborates them)."""
+        key = fingerprint(spec)
+        by_gpu = self._peaks.setdefault(key, {})
+        owners = self._owners.setdefault(key, set())
+        owners.add(owner)
+        peak = _Peak(peak_mib, owner, trusted or owner is None)
+        by_gpu.setdefault(_gpu_key(gpu_model), []).append(peak)
         self.widen(spec, ratio)
+        corroborated = len(owners) > 1
+        released = []
+        for gpu, peaks in by_gpu.items():
+            for held in peaks:
+                if held is peak or (corroborated and not held.released):
+                    held.released = held.released or corroborated
+                    if held.released:
+                        released.append((gpu, held.peak_mib))
+        return released
 
     def widen(self, spec: TrainingSpec, ratio: float) -> None:
         """Note that a run of the spec's architecture went `ratio` times its estimate."""
@@ -54,7 +127,17 @@ class ObservationHistory:
         """How far above their estimates runs of this architecture went, at most."""
         return self._ratios.get(architecture(spec))
 
+    def seen_by(self, owner: str | None) -> ObservationHistory:
+        """This history as `owner`'s jobs see it (the same records, not a copy)."""
+        view = copy.copy(self)
+        view._viewer = owner
+        return view
+
     def peaks_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
-        """The largest observed peak of `spec` on each GPU model it ran on, by NVML name
+        """The largest visible peak of `spec` on each GPU model it ran on, by NVML name
         (or the name it was observed under, for a model the catalog does not know)."""
-        return {gpu: max(peaks) for gpu, peaks in self._peaks.get(fingerprint(spec), {}).items()}
+        visible = {
+            gpu: [p.peak_mib for p in peaks if p.released or p.owner == self._viewer]
+            for gpu, peaks in self._peaks.get(fingerprint(spec), {}).items()
+        }
+        return {gpu: max(peaks) for gpu, peaks in visible.items() if peaks}

@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from estimator.config_bounds import check_hf_config
 
 Precision = Literal["fp32", "amp_fp16", "amp_bf16", "fp16", "bf16", "fp8"]
 Optimizer = Literal[
@@ -92,6 +101,13 @@ class ModelRef(Strict):
     transformer: TransformerDims | None = None
     hf_config: dict[str, Any] | None = None
     summary: LayerSummary | None = None
+
+    @field_validator("hf_config")
+    @classmethod
+    def _readable_config(cls, config: dict[str, Any] | None) -> dict[str, Any] | None:
+        if config is not None:
+            check_hf_config(config)
+        return config
 
     @model_validator(mode="after")
     def _exactly_one(self) -> ModelRef:

@@ -30,6 +30,8 @@ from service.scheduler.framework import (
 from service.scheduler.reservations import ReservationRules
 
 CONFIG_FILE_ENV = "COLLOC_CONFIG_FILE"
+# the priorities a job can have (higher runs first)
+JOB_PRIORITY_RANGE = (-1000, 1000)
 
 
 def normalise_database_url(url: str) -> str:
@@ -78,6 +80,10 @@ class Settings(BaseSettings):
     preemption: bool = False
     user_quotas: dict[str, LimitSetting] = Field(default_factory=dict)
     queue_quotas: dict[str, LimitSetting] = Field(default_factory=dict)
+    # the highest priority a user may give a job, by queue ("*": any other queue); an
+    # admin may set any (JOB_PRIORITY_RANGE), at submission or later. With preemption on,
+    # a priority is a claim on other users' GPUs, so users get none above 0 unless granted
+    queue_max_priority: dict[str, int] = Field(default_factory=lambda: {"*": 0})
     # running jobs' reservations follow what they really use once it is steady
     reservation_margin: float = Field(default=0.10, ge=0, le=2)
     reservation_stable_s: float = Field(default=120.0, ge=0)
@@ -139,6 +145,19 @@ class Settings(BaseSettings):
                 f"({3 * self.heartbeat_interval_s:g} s): one late heartbeat must not lose a node"
             )
         return self
+
+    @field_validator("queue_max_priority")
+    @classmethod
+    def _priorities_in_range(cls, limits: dict[str, int]) -> dict[str, int]:
+        low, high = JOB_PRIORITY_RANGE
+        wrong = {queue: n for queue, n in limits.items() if not low <= n <= high}
+        if wrong:
+            raise ValueError(f"queue_max_priority must lie in {low}..{high}: {wrong}")
+        return limits
+
+    def max_priority(self, queue: str) -> int:
+        """The highest priority a user may give a job in `queue`."""
+        return self.queue_max_priority.get(queue, self.queue_max_priority.get("*", 0))
 
     def reservation_rules(self) -> ReservationRules:
         """How running and retried jobs' reservations move under these settings."""

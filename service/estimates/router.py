@@ -40,7 +40,7 @@ class EstimateList(BaseModel):
 
 @router.post("/estimate", response_model=EstimateList)
 def estimate(
-    body: EstimateRequest, session: SessionDep, estimator: EstimatorDep, _caller: UserDep
+    body: EstimateRequest, session: SessionDep, estimator: EstimatorDep, caller: UserDep
 ) -> EstimateList:
     """Estimates for the given GPU models (default: those in the cluster, else all known)."""
     cluster = sorted(set(session.scalars(select(Gpu.model))))
@@ -57,7 +57,8 @@ def estimate(
                 {"unknown": unknown, "known": sorted({*(m.name for m in GPU_MODELS), *cluster})},
             )
         models = [canonical for canonical in resolved.values() if canonical is not None]
-    return EstimateList(estimates=list(estimate_for(estimator, body.training, models).values()))
+    estimates = estimate_for(estimator, body.training, models, caller.name)  # caller's history
+    return EstimateList(estimates=list(estimates.values()))
 
 
 class EstimatorVersionRead(BaseModel):

@@ -1,8 +1,9 @@
 """The service's estimator and its closed loop with the cluster.
 
-Every finished attempt's observed peak is stored (jobs.service); `sync` feeds those of
-successful training jobs to the estimator (the exact-history path answers such a spec
-from then on), and those of attempts that died of an OOM as a floor on what their
+Every finished attempt's observed peak is stored (jobs.observations); `sync` feeds the
+credible ones of successful training jobs to the estimator, with their owners (the
+exact-history path answers such a spec from then on, for whom estimator/history.py
+says), and those of attempts that died of an OOM as a floor on what their
 architecture needs. `refit` trains a new calibration on the packaged measurements plus
 the peaks and records it as a version; `activate` switches versions (or back to the
 packaged calibration), so a refit can always be undone. Replicas pick up the active
@@ -12,12 +13,15 @@ version from the database on their next cycle.
 from __future__ import annotations
 
 import json
+import logging
 import threading
+from dataclasses import replace
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from estimator.estimate import Estimator, default_estimator
+from estimator.history import ObservationHistory
 from estimator.learned import artifact, measurements
 from estimator.learned.calibration import Calibration
 from service.db import utcnow
@@ -28,6 +32,7 @@ from service.jobs.models import Attempt, Job, Observation
 from service.jobs.service import training_spec
 
 PACKAGED = "packaged"
+log = logging.getLogger(__name__)
 
 
 class EstimatorState:
@@ -38,6 +43,7 @@ class EstimatorState:
         self._active: str = PACKAGED
         self._last_observation = 0
         self._refitted_with = 0  # observations the last refit of this process used
+        self._trusted = 0  # trusted peaks among those learned (an admin may trust more)
         self._lock = threading.Lock()
 
     def sync(self, session: Session) -> Estimator:
@@ -46,15 +52,23 @@ class EstimatorState:
         The database is read without holding the lock (another thread may hold the
         database's write lock while it waits for this one), then applied under it."""
         with self._lock:
-            seen = self._last_observation
-        row = session.scalar(select(EstimatorVersion).where(EstimatorVersion.active))
-        new = session.execute(
+            seen, trusted_seen = self._last_observation, self._trusted
+        learnable = (
             select(Observation, Attempt, Job)
             .join(Attempt, Observation.attempt_id == Attempt.id)
             .join(Job, Attempt.job_id == Job.id)
-            .where(Observation.id > seen, Attempt.state.in_(("succeeded", "oom")))
-            .order_by(Observation.id)
-        ).all()
+            .where(Observation.credible.is_(True), Attempt.state.in_(("succeeded", "oom")))
+        )
+        trusted = session.scalar(
+            select(func.count()).select_from(
+                learnable.where(Observation.trusted.is_(True), Observation.id <= seen).subquery()
+            )
+        )
+        rebuild = trusted != trusted_seen  # an admin vouched for peaks learned before
+        if rebuild:
+            seen = 0
+        row = session.scalar(select(EstimatorVersion).where(EstimatorVersion.active))
+        new = session.execute(learnable.where(Observation.id > seen).order_by(Observation.id)).all()
         with self._lock:
             wanted = row.version if row else PACKAGED
             if wanted != self._active:
@@ -63,16 +77,30 @@ class EstimatorState:
                     base, self.current.history, list(self.current.observations)
                 )
                 self._active = wanted
+            if rebuild and self._trusted == trusted_seen:  # (not done by another thread)
+                fresh = ObservationHistory()
+                self.current = replace(self.current, history=fresh, observations=[])
+                self._last_observation, self._trusted = 0, 0
             for observation, attempt, job in new:
                 if observation.id <= self._last_observation:
                     continue  # another thread applied it meanwhile
                 self._last_observation = observation.id
-                spec = training_spec(job)
-                if spec is None:
-                    continue
-                learn = self.current.observe_oom if attempt.state == "oom" else self.current.observe
-                learn(spec, observation.gpu_model, observation.peak_mib)
+                self._trusted += observation.trusted
+                try:
+                    self._learn(observation, attempt, job)
+                except Exception:  # one bad row (a spec stored before it could be refused)
+                    log.exception("observation %d not learned from", observation.id)
             return self.current
+
+    def _learn(self, observation: Observation, attempt: Attempt, job: Job) -> None:
+        spec = training_spec(job)
+        if spec is None:
+            return
+        gpu, peak = observation.gpu_model, observation.peak_mib
+        if attempt.state == "oom":
+            self.current.observe_oom(spec, gpu, peak)
+        else:
+            self.current.observe(spec, gpu, peak, owner=job.owner, trusted=observation.trusted)
 
     def has_new_observations(self, session: Session) -> bool:
         return len(self.sync(session).observations) > self._refitted_with

@@ -5,7 +5,16 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, String, Text, UniqueConstraint, false
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+)
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, UtcDateTime
@@ -90,9 +99,15 @@ class Allocation(Base):
 
 
 class Observation(Base):
-    """The peak memory an agent saw for one attempt on one GPU."""
+    """The peak memory an agent saw for one attempt on one GPU.
+
+    Every peak is kept; history and refits learn only from `credible` ones (why not:
+    `doubt`), and one owner's answer for other owners' jobs only once `trusted` (the
+    owner is an admin, or an admin vouched for the job) or corroborated (history.py).
+    """
 
     __tablename__ = "observations"
+    __table_args__ = (CheckConstraint("peak_mib >= 0", name="peak_mib_not_negative"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
@@ -100,13 +115,20 @@ class Observation(Base):
     gpu_model: Mapped[str] = mapped_column(String(128), index=True)
     peak_mib: Mapped[int]
     created_at: Mapped[datetime] = mapped_column(UtcDateTime())
+    credible: Mapped[bool] = mapped_column(default=False, server_default=false())
+    doubt: Mapped[str | None] = mapped_column(String(256))
+    trusted: Mapped[bool] = mapped_column(default=False, server_default=false())
 
 
 class JobEstimate(Base):
     """The estimator's answer for a job on one GPU model, made once and kept."""
 
     __tablename__ = "job_estimates"
-    __table_args__ = (UniqueConstraint("job_id", "gpu_model"),)
+    __table_args__ = (
+        UniqueConstraint("job_id", "gpu_model"),
+        CheckConstraint("peak_mib >= 0", name="peak_mib_not_negative"),
+        CheckConstraint("upper_mib >= 0", name="upper_mib_not_negative"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)

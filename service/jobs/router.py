@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Response
+from fastapi import APIRouter, Depends, Header, Query, Response
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.auth.deps import UserDep
+from service.auth.deps import UserDep, allow
 from service.auth.tokens import Principal
 from service.deps import (
     MAX_ID,
@@ -23,20 +23,23 @@ from service.deps import (
 from service.errors import ApiError, not_found
 from service.events.service import EventFilters, list_events
 from service.filters import JobFiltersDep
-from service.jobs import service
+from service.jobs import observations, service
 from service.jobs.models import Job
 from service.jobs.schemas import (
     ExplanationRead,
     GpuVerdictRead,
     JobCreate,
     JobList,
+    JobPriority,
     JobRead,
+    TrustedPeaks,
 )
 from service.logs import service as logs
 from service.logs.schemas import LogPage
 from service.scheduler.cycle import explain_job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+AdminDep = Annotated[Principal, Depends(allow())]
 
 
 def _visible_job(session: Session, job_id: int, caller: Principal) -> Job:
@@ -71,6 +74,7 @@ def submit_job(
             settings=settings,
             estimator=estimator,
             idempotency_key=idempotency_key,
+            admin=caller.role == "admin",
         )
 
     try:
@@ -113,6 +117,27 @@ def cancel_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
     job = service.cancel(session=session, job=_visible_job(session, job_id, caller))
     session.commit()
     return service.to_read(job)
+
+
+@router.post("/{job_id}/priority", response_model=JobRead)
+def set_priority(
+    job_id: JobId, body: JobPriority, session: SessionDep, caller: AdminDep
+) -> JobRead:
+    """Change a job's priority (admins only: users set theirs at submission, up to their
+    queue's maximum)."""
+    job = service.get(session=session, job_id=job_id)
+    service.set_priority(session=session, job=job, priority=body.priority, by=caller.name)
+    session.commit()
+    return service.to_read(job)
+
+
+@router.post("/{job_id}/trust", response_model=TrustedPeaks)
+def trust_peaks(job_id: JobId, session: SessionDep, caller: AdminDep) -> TrustedPeaks:
+    """Vouch for a job's observed peaks (admins only): until then they answer only for
+    their owner's jobs, unless another owner's runs of the spec corroborate them."""
+    count = observations.trust(session=session, job=service.get(session=session, job_id=job_id))
+    session.commit()
+    return TrustedPeaks(job_id=job_id, trusted_peaks=count)
 
 
 @router.get("/{job_id}/explain", response_model=ExplanationRead)

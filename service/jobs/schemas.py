@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from estimator.estimate import Estimate
 from estimator.spec import TrainingSpec
+from service.config import JOB_PRIORITY_RANGE
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")]
 Argument = Annotated[str, StringConstraints(max_length=4096)]
@@ -28,7 +29,8 @@ class JobCreate(BaseModel):
     gpu_models: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] | None = (
         Field(default=None, min_length=1, max_length=32)
     )
-    priority: int = Field(default=0, ge=-1000, le=1000)
+    # users up to their queue's maximum (COLLOC_QUEUE_MAX_PRIORITY), admins any
+    priority: int = Field(default=0, ge=JOB_PRIORITY_RANGE[0], le=JOB_PRIORITY_RANGE[1])
     queue: Name = "default"
     memory_mib: int | None = Field(default=None, ge=1, le=16 * 1024 * 1024)
     max_attempts: int | None = Field(default=None, ge=1, le=20)
@@ -36,6 +38,21 @@ class JobCreate(BaseModel):
     workdir: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
     training: TrainingSpec | None = None  # what the estimator reads
     preemptible: bool = False  # may be stopped (and requeued) for higher-priority jobs
+
+
+class JobPriority(BaseModel):
+    """A job's new priority (admins only)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    priority: int = Field(ge=JOB_PRIORITY_RANGE[0], le=JOB_PRIORITY_RANGE[1])
+
+
+class TrustedPeaks(BaseModel):
+    """How many of a job's observed peaks now answer for every owner's jobs."""
+
+    job_id: int
+    trusted_peaks: int
 
 
 class AttemptGpu(BaseModel):

@@ -6,6 +6,7 @@ matching event, so a state change and its audit entry commit together.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
@@ -21,6 +22,7 @@ from service.db import utcnow
 from service.errors import ApiError, not_found
 from service.events.service import record
 from service.filters import JobFilters
+from service.jobs import observations
 from service.jobs.models import (
     ACTIVE_ATTEMPT_STATES,
     FINAL_JOB_STATES,
@@ -28,7 +30,6 @@ from service.jobs.models import (
     Attempt,
     Job,
     JobEstimate,
-    Observation,
 )
 from service.jobs.schemas import AttemptGpu, AttemptRead, JobCreate, JobList, JobRead
 from service.nodes.models import Gpu
@@ -94,20 +95,39 @@ def _check_can_ever_fit(
     )
 
 
+# What a spec is estimated on at submission when no GPU is registered yet, only to find
+# out whether the estimator can read it, so that a job it cannot estimate is refused
+# then rather than found out by the scheduler once nodes join. A spec's terms do not
+# depend on the GPU but for its CUDA context; this is the GPU the packaged calibration's
+# measurements were taken on (estimator/learned/measurements.py: GPUMemNet's A100 runs).
+VALIDATION_GPU = "NVIDIA A100-SXM4-40GB"
+
+
 def estimate_for(
-    estimator: Estimator, training: TrainingSpec, models: Sequence[str]
+    estimator: Estimator, training: TrainingSpec, models: Sequence[str], owner: str | None
 ) -> dict[str, Estimate]:
-    """Estimates per GPU model; a spec the estimator cannot use is the client's error."""
+    """Estimates per GPU model, from the history `owner`'s jobs may rely on; a spec the
+    estimator cannot use is the client's error."""
+    seen = dataclasses.replace(estimator, history=estimator.history.seen_by(owner))
     try:
-        return {model: estimator.estimate(training, model) for model in models}
+        return {model: seen.estimate(training, model) for model in models}
     except SpecError as exc:
         raise ApiError(
             422, "invalid_training_spec", f"training: {exc}", {"problems": exc.problems}
+        ) from exc
+    except (ArithmeticError, TypeError, ValueError) as exc:  # sizes past what it computes
+        raise ApiError(
+            422, "invalid_training_spec", f"training: the estimator cannot use it ({exc})"
         ) from exc
 
 
 # Estimates are stored in 32-bit columns; anything near this never fits a GPU anyway.
 MAX_STORED_MIB = 2**31 - 1
+
+
+def _storable(mib: int) -> int:
+    """`mib` within what a column holds and a memory figure can be (never negative)."""
+    return min(max(mib, 0), MAX_STORED_MIB)
 
 
 def store_estimates(session: Session, job: Job, estimates: dict[str, Estimate]) -> None:
@@ -116,14 +136,12 @@ def store_estimates(session: Session, job: Job, estimates: dict[str, Estimate]) 
             JobEstimate(
                 job_id=job.id,
                 gpu_model=model,
-                peak_mib=min(estimate.peak_mib, MAX_STORED_MIB),
-                upper_mib=min(estimate.upper_mib, MAX_STORED_MIB),
+                peak_mib=_storable(estimate.peak_mib),
+                upper_mib=_storable(estimate.upper_mib),
                 coverage=estimate.coverage,
                 method=estimate.method,
                 model_version=estimate.model_version,
-                breakdown_mib={
-                    k: min(v, MAX_STORED_MIB) for k, v in estimate.breakdown_mib.items()
-                },
+                breakdown_mib={k: _storable(v) for k, v in estimate.breakdown_mib.items()},
             )
         )
 
@@ -136,12 +154,17 @@ def create(
     settings: Settings,
     estimator: Estimator,
     idempotency_key: str | None = None,
+    admin: bool = False,
 ) -> tuple[Job, bool]:
     """Submit a job; returns it and whether it is new (False: an idempotent replay).
 
-    A job with a `training` spec is estimated on every GPU model in the cluster now;
-    models that join later are estimated by the scheduler when it first needs them.
+    A job with a `training` spec is estimated on every GPU model in the cluster now (on
+    VALIDATION_GPU when there is none, to refuse a spec it cannot estimate); models that
+    join later are estimated by the scheduler when it first needs them. Only an `admin`
+    may give a job a priority above its queue's maximum.
     """
+    if not admin:
+        check_priority(settings, job_in.queue, job_in.priority)
     spec = job_in.model_dump(mode="json")
     if idempotency_key is not None:
         existing = session.scalar(
@@ -163,7 +186,11 @@ def create(
         models = _canonical_models(job_in.gpu_models, known)
     estimates: dict[str, Estimate] = {}
     if job_in.training is not None:
-        estimates = estimate_for(estimator, job_in.training, models or known)
+        estimates = estimate_for(
+            estimator, job_in.training, models or known or [VALIDATION_GPU], owner
+        )
+        if not (models or known):
+            estimates = {}  # made only to check the spec: nothing of this GPU is here
 
     view = pending_job(  # the demand placement will see
         id=0,
@@ -201,6 +228,47 @@ def create(
     store_estimates(session, job, estimates)
     record(session=session, kind="job.submitted", job_id=job.id, message=f"job {job.id} submitted")
     return job, True
+
+
+def check_priority(settings: Settings, queue: str, priority: int) -> None:
+    """Refuse a priority above what users may set in `queue`."""
+    most = settings.max_priority(queue)
+    if priority > most:
+        raise ApiError(
+            422,
+            "priority_too_high",
+            f"priority {priority} is above {most}, the most a user may set in queue "
+            f"{queue!r} (COLLOC_QUEUE_MAX_PRIORITY); an admin can raise it",
+            {"priority": priority, "max_priority": most, "queue": queue},
+        )
+
+
+def set_priority(*, session: Session, job: Job, priority: int, by: str) -> Job:
+    """An admin changes a job's priority (pending or running: it orders the queue and
+    decides who may preempt whom from the next cycle on)."""
+    if job.state in FINAL_JOB_STATES:
+        raise ApiError(409, "already_finished", f"job {job.id} already ended ({job.state})")
+    old, job.priority = job.priority, priority
+    job.updated_at = utcnow()
+    record(
+        session=session,
+        kind="job.priority",
+        job_id=job.id,
+        message=f"priority changed from {old} to {priority} by {by}",
+        data={"from": old, "to": priority, "by": by},
+    )
+    return job
+
+
+def fail_unschedulable(*, session: Session, job: Job, problem: str) -> None:
+    """End a waiting job the scheduler cannot handle (a spec stored before it could be
+    refused, an estimate that fails): it alone fails, with the reason, and the cycle
+    goes on for the others."""
+    now = utcnow()
+    job.state = "failed"
+    job.reason = f"cannot be scheduled: {problem}"
+    job.finished_at = job.updated_at = now
+    record(session=session, kind="job.failed", job_id=job.id, message=job.reason)
 
 
 def training_spec(job: Job) -> TrainingSpec | None:
@@ -414,7 +482,15 @@ def end_attempt(
     elif job.cancel_requested and outcome != "succeeded":
         outcome = "cancelled"
     now = utcnow()
-    peaks = _store_observations(session, attempt, peak_mib_by_gpu or {}, now)
+    peaks = observations.store(
+        session=session,
+        attempt=attempt,
+        outcome=outcome,
+        peak_mib_by_gpu=peak_mib_by_gpu or {},
+        now=now,
+        finished_at=finished_at or now,
+        settings=settings,
+    )
     attempt.state = outcome
     attempt.finished_at = finished_at or now
     attempt.exit_code = exit_code
@@ -500,28 +576,6 @@ def _requeue(session: Session, job: Job, reason: str, now: datetime) -> None:
     job.reason = reason
     job.updated_at = now
     record(session=session, kind="job.requeued", job_id=job.id, message=reason)
-
-
-def _store_observations(
-    session: Session, attempt: Attempt, peak_mib_by_gpu: dict[str, int], now: datetime
-) -> list[int]:
-    """Record the observed peak on each of the attempt's GPUs; returns the peaks kept."""
-    peaks = []
-    for allocation in attempt.allocations:
-        peak = peak_mib_by_gpu.get(allocation.gpu.uuid)
-        if peak is None:
-            continue
-        peaks.append(peak)
-        session.add(
-            Observation(
-                attempt_id=attempt.id,
-                gpu_id=allocation.gpu_id,
-                gpu_model=allocation.gpu.model,
-                peak_mib=peak,
-                created_at=now,
-            )
-        )
-    return peaks
 
 
 _READ_OPTIONS = (

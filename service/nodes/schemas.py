@@ -2,21 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Literal
 
 from pydantic import (
     AwareDatetime,
     Base64Bytes,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
     field_validator,
 )
 
-Uuid = Annotated[str, StringConstraints(min_length=1, max_length=96)]
+
+def _storable(limit: int | None = None) -> Callable[[object], object]:
+    """A string as the database can keep it: without NUL characters (PostgreSQL's text
+    holds none) and, where `limit` is given, cut to that many characters. A job writes
+    what ends up in these (its command, its OOM line): refusing the report would refuse
+    the node's every heartbeat after it."""
+
+    def clean(value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        value = value.replace("\x00", "")
+        return value[:limit] if limit is not None else value
+
+    return clean
+
+
+Uuid = Annotated[str, BeforeValidator(_storable()), StringConstraints(min_length=1, max_length=96)]
 MiB = Annotated[int, Field(ge=0, le=16 * 1024 * 1024)]
-Text = Annotated[str, StringConstraints(max_length=1024)]
+Text = Annotated[str, BeforeValidator(_storable(1024))]  # Gpu.health_reason's size
 Stream = Literal["stdout", "stderr"]
 LOG_CHUNK_MAX_BYTES = 256 * 1024
 
@@ -28,7 +46,9 @@ class Strict(BaseModel):
 class GpuInfo(Strict):
     uuid: Uuid
     index: int = Field(ge=0, le=1023)
-    model: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    model: Annotated[
+        str, BeforeValidator(_storable()), StringConstraints(min_length=1, max_length=128)
+    ]
     memory_total_mib: int = Field(ge=1, le=16 * 1024 * 1024)
 
 
@@ -36,7 +56,9 @@ class NodeRegister(Strict):
     name: Annotated[
         str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
     ]
-    agent_version: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    agent_version: Annotated[
+        str, BeforeValidator(_storable()), StringConstraints(min_length=1, max_length=64)
+    ]
     gpus: list[GpuInfo] = Field(max_length=64)
 
 
@@ -100,7 +122,7 @@ class AttemptReport(Strict):
     finished_at: AwareDatetime | None = None
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
     outcome: Literal["succeeded", "failed", "oom", "cancelled"] | None = None
-    reason: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    reason: Annotated[str, BeforeValidator(_storable(4096))] | None = None
     peak_mib_by_gpu: dict[Uuid, MiB] = Field(default_factory=dict, max_length=64)
     current_mib_by_gpu: dict[Uuid, MiB] = Field(default_factory=dict, max_length=64)
     notices: list[Notice] = Field(default_factory=list, max_length=64)

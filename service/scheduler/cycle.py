@@ -14,11 +14,13 @@ import time
 from collections.abc import Callable
 
 from sqlalchemy import select, text
+from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
 
 from estimator.estimate import Estimator, proven_peaks
 from service.config import Settings
 from service.db import transaction, utcnow
+from service.errors import ApiError
 from service.estimates.service import EstimatorState
 from service.jobs import service as jobs
 from service.jobs.models import ACTIVE_ATTEMPT_STATES, Attempt, Job
@@ -66,19 +68,46 @@ def _pending_view(job: Job, room_mib: dict[str, int]) -> PendingJob:
     )
 
 
-def _fill_estimates(
-    session: Session, estimator: Estimator, pending: list[Job], models: list[str]
-) -> None:
-    """Estimate training jobs on GPU models that joined the cluster after them."""
+def _fill_estimates(session: Session, estimator: Estimator, job: Job, models: list[str]) -> None:
+    """Estimate a training job on GPU models that joined the cluster after it."""
+    if job.memory_mib is not None or not job.spec.get("training"):
+        return
+    missing = [m for m in models if m not in {e.gpu_model for e in job.estimates}]
+    if not missing:
+        return
+    training = jobs.training_spec(job)
+    assert training is not None
+    estimates = jobs.estimate_for(estimator, training, missing, job.owner)
+    with session.begin_nested():  # what this job wrote goes if it fails
+        jobs.store_estimates(session, job, estimates)
+    session.refresh(job, ["estimates"])
+
+
+def _pending_views(
+    session: Session,
+    estimator: Estimator | None,
+    pending: list[Job],
+    gpus: list[Gpu],
+    headroom: int,
+) -> list[PendingJob]:
+    """The waiting jobs as placement sees them. A job that cannot be seen so (a spec
+    stored before it could be refused, an estimate that fails) fails alone, with the
+    reason: one job never stops the cycle for the others."""
+    models = sorted({g.model for g in gpus})
+    room = room_by_model(((g.model, g.memory_total_mib) for g in gpus), headroom)
+    views = []
     for job in pending:
-        training = jobs.training_spec(job) if job.memory_mib is None else None
-        if training is None:
-            continue
-        missing = [m for m in models if m not in {e.gpu_model for e in job.estimates}]
-        if missing:
-            jobs.store_estimates(session, job, jobs.estimate_for(estimator, training, missing))
-            session.flush()
-            session.refresh(job, ["estimates"])
+        try:
+            if estimator is not None:
+                _fill_estimates(session, estimator, job, models)
+            views.append(_pending_view(job, room))
+        except (OperationalError, InterfaceError):
+            raise  # the database, not the job: the cycle is retried
+        except Exception as exc:
+            if not isinstance(exc, ApiError):
+                log.exception("job %d cannot be scheduled", job.id)
+            jobs.fail_unschedulable(session=session, job=job, problem=str(exc) or repr(exc))
+    return views
 
 
 def _active_attempts(session: Session) -> list[Attempt]:
@@ -143,9 +172,13 @@ def _running(attempt: Attempt) -> RunningJob:
 def read_snapshot(
     session: Session, headroom_mib: int, estimator: Estimator | None = None
 ) -> tuple[Snapshot, dict[int, Job], dict[int, Gpu]]:
-    """The snapshot, plus the rows it was read from (to commit a plan against)."""
-    nodes = session.scalars(select(Node)).all()
-    gpus = {gpu.id: gpu for gpu in session.scalars(select(Gpu))}
+    """The snapshot, plus the rows it was read from (to commit a plan against).
+
+    Nodes and their GPUs come from one statement, so a node registering meanwhile is
+    seen whole or not at all."""
+    rows = session.execute(select(Node, Gpu).outerjoin(Gpu, Gpu.node_id == Node.id)).all()
+    nodes = {node.id: node for node, _gpu in rows}
+    gpus = {gpu.id: gpu for _node, gpu in rows if gpu is not None}
     pending = list(
         session.scalars(
             select(Job)
@@ -153,18 +186,16 @@ def read_snapshot(
             .options(selectinload(Job.attempts), selectinload(Job.estimates))
         )
     )
-    if estimator is not None:
-        _fill_estimates(session, estimator, pending, sorted({g.model for g in gpus.values()}))
+    views = _pending_views(session, estimator, pending, list(gpus.values()), headroom_mib)
     active = _active_attempts(session)
-    room = room_by_model(((g.model, g.memory_total_mib) for g in gpus.values()), headroom_mib)
     snapshot = Snapshot(
-        nodes=tuple(NodeView(n.id, n.name, n.state == "ready") for n in nodes),
+        nodes=tuple(NodeView(n.id, n.name, n.state == "ready") for n in nodes.values()),
         gpus=_gpu_views(list(gpus.values()), active),
-        pending=tuple(_pending_view(job, room) for job in pending),
+        pending=tuple(views),
         running=tuple(_running(attempt) for attempt in active),
         now=utcnow(),
     )
-    return snapshot, {job.id: job for job in pending}, gpus
+    return snapshot, {job.id: job for job in pending if job.state == "pending"}, gpus
 
 
 def run_cycle(session: Session, scheduler: Scheduler, estimator: Estimator | None = None) -> Plan:
@@ -191,7 +222,10 @@ def run_cycle(session: Session, scheduler: Scheduler, estimator: Estimator | Non
 def explain_job(
     session: Session, scheduler: Scheduler, job_id: int, estimator: Estimator | None = None
 ) -> Explanation:
-    snapshot, _pending, _gpus = read_snapshot(session, scheduler.config.headroom_mib, estimator)
+    snapshot, pending, _gpus = read_snapshot(session, scheduler.config.headroom_mib, estimator)
+    if job_id not in pending:  # it failed while its estimates were made
+        job = jobs.get(session=session, job_id=job_id)
+        return Explanation(job_id, job.reason or job.state, ())
     return explain(scheduler, snapshot, job_id)
 
 
@@ -211,7 +245,7 @@ class SchedulerLoop:
     ) -> None:
         self._sessions = sessions
         self._on_cycle = on_cycle  # told each successful cycle's duration in seconds
-        self._before_cycle = before_cycle  # runs first in each cycle's transaction
+        self._before_cycle = before_cycle  # runs before each cycle, in its own transaction
         self._refit_interval_s = settings.estimator_refit_interval_s
         self._scheduler = scheduler
         self._estimators = estimators
@@ -227,10 +261,11 @@ class SchedulerLoop:
 
     def _tick(self) -> None:
         try:
+            if self._before_cycle is not None:  # committed whatever the cycle does
+                with transaction(self._sessions) as session:
+                    self._before_cycle(session)
             started = time.perf_counter()
             with transaction(self._sessions) as session:
-                if self._before_cycle is not None:
-                    self._before_cycle(session)
                 run_cycle(session, self._scheduler, self._estimators.sync(session))
             if self._on_cycle is not None:
                 self._on_cycle(time.perf_counter() - started)

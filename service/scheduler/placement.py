@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from service.scheduler.framework import Context, Filter, SchedulerConfig, build_plugins
@@ -104,16 +105,23 @@ class _State:
             usage.gpus += gpus
             usage.memory_mib += memory_mib
 
-    def quota_problem(self, job: PendingJob, memory_mib: int) -> str | None:
-        """Why placing `job` with `memory_mib` in all would break a quota, if it would."""
+    def quota_problem(
+        self, job: PendingJob, memory_mib: int, released: Sequence[RunningJob] = ()
+    ) -> str | None:
+        """Why placing `job` with `memory_mib` in all would break a quota, if it would
+        (with the `released` jobs stopped first)."""
         quotas = self.ctx.config.quotas
         for scope, name, limit, usage in (
             ("user", job.owner, quotas.users.get(job.owner), self.users.get(job.owner)),
             ("queue", job.queue, quotas.queues.get(job.queue), self.queues.get(job.queue)),
         ):
-            used = usage or _Usage()
             if limit is None:
                 continue
+            used = replace(usage or _Usage())
+            for gone in released:
+                if (gone.owner if scope == "user" else gone.queue) == name:
+                    used.gpus -= len(gone.gpu_ids)
+                    used.memory_mib -= gone.reserved_mib * len(gone.gpu_ids)
             if limit.gpus is not None and used.gpus + job.gpus > limit.gpus:
                 return (
                     f"{scope} {name} quota: {used.gpus} of {limit.gpus} GPUs in use, "
@@ -386,7 +394,8 @@ class Scheduler:
 
     def _preempt(self, job: PendingJob, state: _State, snapshot: Snapshot) -> list[int]:
         """The fewest lower-priority preemptible jobs (lowest priority, newest first) whose
-        removal lets `job` fit on one node; their GPUs are held for it."""
+        removal lets `job` fit on one node within its user's and queue's quotas; their
+        GPUs are held for it."""
         ctx = state.ctx
         eligible = sorted(
             (r for r in snapshot.running if r.preemptible and r.priority < job.priority),
@@ -398,9 +407,9 @@ class Scheduler:
         best: tuple[list[int], list[int]] | None = None  # victims, GPUs to hold
         for node_id, victims in sorted(by_node.items()):
             freed: dict[int, tuple[int, int]] = {}  # gpu id -> (MiB, jobs) released
-            chosen: list[int] = []
+            chosen: list[RunningJob] = []
             for running in victims:
-                chosen.append(running.id)
+                chosen.append(running)
                 for gpu_id in running.gpu_ids:
                     mib, count = freed.get(gpu_id, (0, 0))
                     freed[gpu_id] = (mib + running.reserved_mib, count + 1)
@@ -410,9 +419,11 @@ class Scheduler:
                     if gpu.node_id == node_id
                     and self._passes(job, _without(gpu, *freed.get(gpu.id, (0, 0))), ctx)
                 ]
-                if len(fits) >= job.gpus:
+                held = fits[: job.gpus]
+                memory = sum(self._reserved(job, state.gpus[gpu_id]) for gpu_id in held)
+                if len(held) == job.gpus and not state.quota_problem(job, memory, chosen):
                     if best is None or len(chosen) < len(best[0]):
-                        best = (list(chosen), fits[: job.gpus])
+                        best = ([victim.id for victim in chosen], held)
                     break
         if best is None:
             return []

@@ -26,6 +26,8 @@ MATRIX: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/jobs/{job_id}/cancel"): USERS,
     ("GET", "/v1/jobs/{job_id}/explain"): USERS,
     ("GET", "/v1/jobs/{job_id}/logs"): USERS,
+    ("POST", "/v1/jobs/{job_id}/priority"): ADMINS,
+    ("POST", "/v1/jobs/{job_id}/trust"): ADMINS,
     ("POST", "/v1/estimate"): USERS,
     ("POST", "/v1/nodes/register"): AGENTS,
     ("POST", "/v1/nodes/{node_id}/heartbeat"): AGENTS,

@@ -1,0 +1,161 @@
+"""Observations you can trust: history and refits learn only from credible peaks, one
+owner's peaks answer only for that owner's jobs until corroborated or trusted, and no
+estimate is ever negative."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+
+from estimator.estimate import Estimate, Estimator
+from estimator.history import MIN_CREDIBLE_RUN_S, ObservationHistory, weights_mib
+from estimator.spec import TrainingSpec
+from service.db import transaction
+from service.jobs.models import JobEstimate
+from tests.conftest import bearer, make_token, register_node
+from tests.service.test_lifecycle import beat, cycle, exited
+from tests.service.test_poison import GOOD_TRAINING
+
+T4 = "Tesla T4"
+BIG = {  # about 1.8 GiB of fp32 weights
+    "model": {"transformer": {"layers": 8, "hidden": 2048, "heads": 16}},
+    "batch_size": 1,
+    "seq_len": 128,
+}
+
+
+def submit_as(client: TestClient, token: dict[str, str], **spec: Any) -> dict[str, Any]:
+    body = {"name": "job", "command": ["true"], **spec}
+    response = client.post("/v1/jobs", json=body, headers=token)
+    assert response.status_code == 201, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def estimate_of(job: dict[str, Any]) -> dict[str, Any]:
+    (estimate,) = job["estimates"]
+    result: dict[str, Any] = estimate
+    return result
+
+
+@pytest.fixture
+def users(database_url: str) -> dict[str, dict[str, str]]:
+    return {name: bearer(make_token(database_url, "user", name)) for name in ("alice", "bob")}
+
+
+def test_a_sleep_with_a_training_spec_teaches_nothing(
+    client: TestClient, users: dict[str, dict[str, str]]
+) -> None:
+    node = register_node(client, "n1", [(T4, 15360)])
+    honest = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
+    sleeper = submit_as(client, users["alice"], training=GOOD_TRAINING)
+    cycle(client)
+    beat(client, node, [exited(sleeper["id"], peak=0, ran_s=3)])  # `sleep 3`
+    for user in ("alice", "bob"):
+        later = estimate_of(submit_as(client, users[user], training=GOOD_TRAINING))
+        assert later["method"] != "history" and later["upper_mib"] == honest["upper_mib"] > 0
+    events = client.get("/v1/admin/events", params={"kind": "job.observation_doubted"}).json()
+    (doubted,) = events["events"]
+    assert "not learned from: no GPU memory was seen in use" in doubted["message"]
+
+
+def test_a_short_run_or_a_peak_below_the_weights_is_not_learned_from(
+    client: TestClient,
+) -> None:
+    node = register_node(client, "n1", [(T4, 15360)])
+    weights = weights_mib(TrainingSpec.model_validate(BIG))
+    short = client.post(
+        "/v1/jobs", json={"name": "s", "command": ["a"], "training": GOOD_TRAINING}
+    ).json()
+    cycle(client)
+    beat(client, node, [exited(short["id"], peak=900, ran_s=MIN_CREDIBLE_RUN_S / 2)])
+    small = client.post(
+        "/v1/jobs", json={"name": "b", "command": ["a"], "training": BIG, "memory_mib": 3000}
+    ).json()
+    cycle(client)
+    beat(client, node, [exited(small["id"], peak=round(weights / 2), ran_s=600)])
+    messages = [
+        e["message"]
+        for e in client.get("/v1/admin/events", params={"kind": "job.observation_doubted"}).json()[
+            "events"
+        ]
+    ]
+    assert "less than the 60 s a training run takes" in messages[0]
+    assert f"below the {weights:.0f} MiB its weights alone take" in messages[1]
+    for training in (GOOD_TRAINING, BIG):
+        again = client.post(
+            "/v1/jobs", json={"name": "x", "command": ["a"], "training": training, "memory_mib": 9}
+        ).json()
+        assert estimate_of(again)["method"] != "history"
+    assert client.get("/v1/admin/estimator").json()["observed_peaks"] == 0
+
+
+def test_one_owners_peaks_answer_for_others_only_once_an_admin_trusts_them(
+    client: TestClient, users: dict[str, dict[str, str]]
+) -> None:
+    node = register_node(client, "n1", [(T4, 15360)])
+    modelled = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
+    low = submit_as(client, users["alice"], training=GOOD_TRAINING)
+    cycle(client)
+    beat(client, node, [exited(low["id"], peak=100, ran_s=600)])  # credible, and low
+    mine = estimate_of(submit_as(client, users["alice"], training=GOOD_TRAINING))
+    assert mine["method"] == "history" and mine["peak_mib"] == 100
+    theirs = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
+    assert theirs["method"] != "history" and theirs["upper_mib"] == modelled["upper_mib"]
+    assert client.get("/v1/admin/estimator").json()["observed_peaks"] == 0  # no refit takes it
+    path = f"/v1/jobs/{low['id']}/trust"
+    assert client.post(path, headers=users["alice"]).status_code == 403
+    assert client.post(path).json() == {"job_id": low["id"], "trusted_peaks": 1}
+    trusted = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
+    assert trusted["method"] == "history" and trusted["peak_mib"] == 100
+    assert client.get("/v1/admin/estimator").json()["observed_peaks"] == 1
+
+
+def test_another_owners_run_corroborates_a_spec() -> None:
+    spec = TrainingSpec.model_validate(GOOD_TRAINING)
+    history = ObservationHistory()
+    assert history.add(spec, T4, 500, 1.0, owner="alice") == []  # alice's alone
+    assert history.seen_by("alice").peaks_by_gpu(spec) == {T4: 500}
+    assert history.seen_by("bob").peaks_by_gpu(spec) == {}
+    assert history.add(spec, T4, 700, 1.0, owner="bob") == [(T4, 500), (T4, 700)]
+    assert history.seen_by("carol").peaks_by_gpu(spec) == {T4: 700}
+    assert history.add(spec, "A100-40GB", 900, 1.0, owner="dave", trusted=True) == [
+        ("NVIDIA A100-SXM4-40GB", 900)
+    ]
+
+
+def test_no_estimate_is_negative(database_url: str, client: TestClient) -> None:
+    spec = TrainingSpec.model_validate(GOOD_TRAINING)
+    estimator = Estimator(None)
+    estimator.observe(spec, "NVIDIA H200", 1)  # a tiny peak on a GPU of a large context
+    moved = estimator.estimate(spec, T4)
+    assert moved.method == "history-other-gpu" and moved.peak_mib >= 0 and moved.upper_mib >= 0
+    with pytest.raises(ValidationError):
+        Estimate(
+            gpu_model=T4,
+            peak_mib=-500,
+            upper_mib=-500,
+            coverage=0.9,
+            method="x",
+            breakdown_mib={},
+            model_version="x",
+        )
+    job = client.post("/v1/jobs", json={"name": "j", "command": ["a"]}).json()
+    state = client.app.state  # type: ignore[attr-defined]
+    with pytest.raises(IntegrityError), transaction(state.sessions) as session:
+        session.add(
+            JobEstimate(
+                job_id=job["id"],
+                gpu_model=T4,
+                peak_mib=-500,
+                upper_mib=-500,
+                coverage=0.9,
+                method="x",
+                model_version="x",
+                breakdown_mib={},
+            )
+        )
