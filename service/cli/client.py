@@ -200,7 +200,7 @@ def _say_why_nothing(args: argparse.Namespace, page: dict[str, Any]) -> None:
             file=sys.stderr,
         )
     elif page["attempt_state"] in ENDED_ATTEMPT_STATES:
-        print(f"(attempt {page['attempt']} ended with no output)", file=sys.stderr)
+        print(f"(attempt {page['attempt']} ended with no output at all)", file=sys.stderr)
     else:
         print(
             f"(no output yet: attempt {page['attempt']} is {page['attempt_state']})",
