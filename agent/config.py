@@ -59,13 +59,7 @@ class AgentSettings(BaseModel):
             return self.token
         try:
             with open(self.token_file, encoding="utf-8") as file:
-                mode = os.fstat(file.fileno()).st_mode
-                if mode & (stat.S_IRWXG | stat.S_IRWXO):
-                    raise AgentConfigError(
-                        f"token_file {self.token_file} is open to other users (mode "
-                        f"{stat.S_IMODE(mode):04o}): make it readable by the agent's user only "
-                        f"(chmod 600 {self.token_file})"
-                    )
+                _private(self.token_file, "token_file", os.fstat(file.fileno()).st_mode)
                 return file.read().strip()
         except OSError as exc:
             raise AgentConfigError(f"cannot read token_file {self.token_file}: {exc}") from exc
@@ -91,6 +85,16 @@ class AgentSettings(BaseModel):
         return Enforcement(self.enforcement, self.enforcement_tolerance)
 
 
+def _private(path: Path, what: str, mode: int | None = None) -> None:
+    """Refuse a file holding the token that other users could read (jobs run as them)."""
+    mode = path.stat().st_mode if mode is None else mode
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise AgentConfigError(
+            f"{what} {path} is open to other users (mode {stat.S_IMODE(mode):04o}): make it "
+            f"readable by the agent's user only (chmod 600 {path})"
+        )
+
+
 ENVIRONMENT = {"server": "COLLOC_SERVER", "token": "COLLOC_TOKEN"}
 
 
@@ -104,6 +108,8 @@ def load_settings(config_file: Path | None, flags: dict[str, Any]) -> AgentSetti
             raise AgentConfigError(f"agent config: {exc}") from exc
         if data is not None and not isinstance(data, dict):
             raise AgentConfigError(f"{config_file} must be a mapping of settings")
+        if data and "token" in data:
+            _private(config_file, "a config file holding the token")
         values.update(data or {})
     for key, variable in ENVIRONMENT.items():
         if os.environ.get(variable):

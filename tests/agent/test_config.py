@@ -66,6 +66,16 @@ def test_a_token_in_the_environment_does_not_shadow_the_token_file(
         settings.resolved_token()
 
 
+def test_a_config_file_holding_the_token_must_be_private(tmp_path: Path) -> None:
+    config = tmp_path / "agent.yaml"
+    config.write_text("token: colloc_node\n")
+    config.chmod(0o644)
+    with pytest.raises(AgentConfigError, match=r"config file holding the token .*\(mode 0644\)"):
+        load_settings(config, {})
+    config.chmod(0o600)
+    assert load_settings(config, {}).resolved_token() == "colloc_node"
+
+
 def test_the_agent_takes_no_token_on_its_command_line() -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["agent", "--token", "colloc_x"])
