@@ -11,6 +11,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from agent import context_probe
 from agent.backends.base import DeviceBackend
 from agent.backends.nvml import DeviceUnavailable, NvmlBackend
 from agent.backends.simulated import SimulatedBackend
@@ -88,7 +89,7 @@ def run_agent(args: argparse.Namespace) -> int:
         if settings.simulate is not None:
             name, backend = _simulated(settings)
         else:
-            name, backend = settings.node_name(), NvmlBackend.open()
+            name, backend = settings.node_name(), NvmlBackend.open(probe=context_probe.measure)
         agent = Agent(
             SchedulerClient(settings.server, token),
             backend,

@@ -5,7 +5,10 @@ nodes:
   - name: node-a
     gpus: [{model: NVIDIA A100-SXM4-40GB, memory_mib: 40960, count: 1}]
 ```
-`memory_mib` may be left out for GPU models the estimator's catalog knows.
+`memory_mib` may be left out for GPU models the estimator's catalog knows. What a real
+agent reads from NVML and measures may be given too: `compute_capability` ("9.0"; the
+catalog's by default), `driver_version`, `cuda_driver_version` (12040 for CUDA 12.4)
+and `context_mib` (the bare CUDA context; unmeasured by default).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from estimator.files import read_yaml
-from estimator.gpus import find_gpu_model
+from estimator.gpus import find_gpu_model, parse_compute_capability
 
 PACKAGED_CLUSTER = Path(__file__).with_name("clusters") / "example.yaml"
 
@@ -28,11 +31,30 @@ class ClusterFileError(ValueError):
 
 
 @dataclass(frozen=True)
+class GpuKind:
+    """One `gpus` entry of a node: what its GPUs are and report."""
+
+    model: str
+    memory_total_mib: int
+    compute_capability: tuple[int, int] | None = None
+    driver_version: str | None = None
+    cuda_driver_version: int | None = None
+    context_mib: int | None = None
+
+
+@dataclass(frozen=True)
 class SimulatedGpu:
     index: int
     uuid: str
-    model: str
-    memory_total_mib: int
+    kind: GpuKind
+
+    @property
+    def model(self) -> str:
+        return self.kind.model
+
+    @property
+    def memory_total_mib(self) -> int:
+        return self.kind.memory_total_mib
 
 
 @dataclass(frozen=True)
@@ -46,7 +68,36 @@ def simulated_gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(_SIM_NAMESPACE, f'{node}/{index}')}"
 
 
-def _gpu_groups(node_name: str, raw: Any) -> list[tuple[str, int, int]]:
+def _optional_int(node_name: str, entry: dict[str, Any], key: str, top: int) -> int | None:
+    value = entry.get(key)
+    if value is not None and (not isinstance(value, int) or not 0 < value <= top):
+        raise ClusterFileError(f"node {node_name}: {key!r} must be an integer from 1 to {top}")
+    return value
+
+
+def _kind(node_name: str, entry: dict[str, Any], model: str, memory: int) -> GpuKind:
+    """The reported figures of a GPU entry, the catalog's compute capability by default."""
+    known = find_gpu_model(model)
+    capability = known.compute_capability if known else None
+    if entry.get("compute_capability") is not None:
+        try:
+            capability = parse_compute_capability(str(entry["compute_capability"]))
+        except ValueError as exc:
+            raise ClusterFileError(f"node {node_name}: {exc}") from exc
+    driver = entry.get("driver_version")
+    if driver is not None and not isinstance(driver, str):
+        raise ClusterFileError(f"node {node_name}: 'driver_version' must be a string")
+    return GpuKind(
+        model,
+        memory,
+        capability,
+        driver,
+        _optional_int(node_name, entry, "cuda_driver_version", 999_999),
+        _optional_int(node_name, entry, "context_mib", 64 * 1024),
+    )
+
+
+def _gpu_groups(node_name: str, raw: Any) -> list[tuple[GpuKind, int]]:
     if not isinstance(raw, list) or not raw:
         raise ClusterFileError(f"node {node_name}: 'gpus' must be a non-empty list")
     groups = []
@@ -63,7 +114,7 @@ def _gpu_groups(node_name: str, raw: Any) -> list[tuple[str, int, int]]:
             )
         if not isinstance(count, int) or not 1 <= count <= 64:
             raise ClusterFileError(f"node {node_name}: 'count' must be an integer from 1 to 64")
-        groups.append((model, memory, count))
+        groups.append((_kind(node_name, entry, model, memory), count))
     return groups
 
 
@@ -78,10 +129,10 @@ def parse_cluster(data: Any) -> list[SimulatedNode]:
         if any(node.name == name for node in nodes):
             raise ClusterFileError(f"node {name} is listed twice")
         gpus: list[SimulatedGpu] = []
-        for model, memory, count in _gpu_groups(name, raw.get("gpus")):
+        for kind, count in _gpu_groups(name, raw.get("gpus")):
             for _ in range(count):
                 index = len(gpus)
-                gpus.append(SimulatedGpu(index, simulated_gpu_uuid(name, index), model, memory))
+                gpus.append(SimulatedGpu(index, simulated_gpu_uuid(name, index), kind))
         nodes.append(SimulatedNode(name, tuple(gpus)))
     return nodes
 

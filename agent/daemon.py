@@ -100,15 +100,7 @@ class Agent:
         body = {
             "name": self.config.name,
             "agent_version": __version__,
-            "gpus": [
-                {
-                    "uuid": d.uuid,
-                    "index": d.index,
-                    "model": d.model,
-                    "memory_total_mib": d.memory_total_mib,
-                }
-                for d in self.backend.devices()
-            ],
+            "gpus": [d.description() for d in self.backend.devices()],
         }
         reply = self.client.register(body)
         self.node_id = int(reply["node_id"])

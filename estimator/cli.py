@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from estimator.analytical.model import SpecError
 from estimator.estimate import default_estimator
 from estimator.files import read_yaml
-from estimator.gpus import GPU_MODELS, find_gpu_model
+from estimator.gpus import GPU_MODELS, GpuDescription, describe, parse_compute_capability
 from estimator.learned import artifact, measurements
 from estimator.spec import TrainingSpec, validation_problems
 
@@ -41,6 +41,32 @@ def load_specs(path: Path) -> list[TrainingSpec]:
     if problems:
         raise ValueError("invalid training spec:\n  " + "\n  ".join(problems))
     return specs
+
+
+def _gpus(args: argparse.Namespace) -> list[GpuDescription]:
+    """The GPU asked for (any name; its figures as given, catalogued or assumed, with a
+    one-line note when assumed), else every catalogued model; ValueError if bad."""
+    if args.gpu is None:
+        if args.gpu_memory_mib is not None or args.compute_capability is not None:
+            raise ValueError("--gpu-memory-mib and --compute-capability describe --gpu NAME")
+        return [describe(m.name) for m in GPU_MODELS]
+    if not args.gpu.strip():
+        raise ValueError("--gpu needs a GPU name")
+    if args.gpu_memory_mib is not None and args.gpu_memory_mib <= 0:
+        raise ValueError("--gpu-memory-mib must be a positive number of MiB")
+    capability = args.compute_capability
+    gpu = describe(
+        args.gpu,
+        args.gpu_memory_mib,
+        parse_compute_capability(capability) if capability is not None else None,
+    )
+    note = gpu.note()
+    if note:
+        print(
+            f"colloc: note: {note} (give --gpu-memory-mib / --compute-capability)",
+            file=sys.stderr,
+        )
+    return [gpu]
 
 
 def run_trace(args: argparse.Namespace) -> int:
@@ -71,14 +97,11 @@ def run_estimate(args: argparse.Namespace) -> int:
         return run_trace(args)
     if args.file is None:
         return _fail("estimate needs a spec FILE (or --trace pkg.module:factory)")
-    if args.gpu is not None and find_gpu_model(args.gpu) is None:
-        known = ", ".join(m.name for m in GPU_MODELS)
-        return _fail(f"unknown GPU model {args.gpu!r}; known: {known}")
     try:
+        gpus = _gpus(args)
         specs = load_specs(args.file)
     except ValueError as exc:
         return _fail(str(exc))
-    gpus = [args.gpu] if args.gpu else [m.name for m in GPU_MODELS]
     estimator = default_estimator()
     for number, spec in enumerate(specs, 1):
         try:
@@ -134,7 +157,15 @@ def add_commands(commands: Any) -> None:
         "--input-shape", help="with --trace: one sample's input shape, e.g. 3,224,224"
     )
     estimate.add_argument("--out", type=Path, help="with --trace: write the summary here")
-    estimate.add_argument("--gpu", help="one GPU model (default: every known model)")
+    estimate.add_argument(
+        "--gpu", help="one GPU model, any NVML name or alias (default: every catalogued model)"
+    )
+    estimate.add_argument(
+        "--gpu-memory-mib", type=int, help="its memory as NVML reports it (an uncatalogued GPU)"
+    )
+    estimate.add_argument(
+        "--compute-capability", help="its compute capability, e.g. 9.0 (an uncatalogued GPU)"
+    )
     estimate.add_argument("--json", action="store_true", help="one Estimate object per line")
     estimate.set_defaults(run=run_estimate)
 

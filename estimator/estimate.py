@@ -1,13 +1,25 @@
 """The Estimate contract and the Estimator that makes estimates.
 
+An estimate is a per-process fixed cost plus model-dependent terms. The fixed cost is
+the current-stack default on the described GPU (`analytical/context.py`, with the
+bare CUDA context the agent measured) plus the environment's learned offset
+(`offsets.py`); the model-dependent terms come from the analytical model, corrected
+by the learned calibration where the spec lies in its domain.
+
 Four ways to an estimate, most trusted first: the exact history of the same spec on
-the same GPU model; its history on other GPU models, with their CUDA context swapped
-for this one's (the tensors a run allocates do not depend on the GPU; the context
-does); the analytical model corrected by the learned calibration, where the spec lies
-in the calibration's domain; the analytical model alone, with the margin it needed on
-the measured runs. The bound of the last two is widened for an architecture whose
-observed runs went further above their estimates than it allows (a model the
-calibration misjudges tends to be misjudged at every batch size).
+the same GPU model; its history on other GPU models, with their fixed cost swapped
+for this one's (the tensors a run allocates do not depend on the GPU; the fixed cost
+does); the model-dependent terms corrected by the learned calibration, where the spec
+lies in the calibration's domain (its kind, precision and layout, and every sized
+feature within a factor DOMAIN_FACTOR of what it was trained on); the analytical
+model alone elsewhere, with the margin it needed on the measured runs of that kind.
+The bound of the last two is widened for an architecture whose observed runs went
+further above their estimates than it allows, and, in an environment whose offset is
+not learned yet, by how far measured stacks' fixed costs lay above the defaults.
+
+Any GPU can be named: a catalogued one adds its figures, a GPU the cluster reported
+is described as reported (`register_gpus`), any other takes generic defaults and the
+estimate says so in `notes`.
 """
 
 from __future__ import annotations
@@ -16,18 +28,19 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import BaseModel, Field
 
-from estimator.analytical.context import context_mib
+from estimator.analytical.context import fixed_cost
 from estimator.analytical.model import Breakdown, ModelShape, breakdown, communicates, resolve
-from estimator.gpus import find_gpu_model
+from estimator.gpus import GpuDescription, canonical_gpu_name, describe
 from estimator.history import HISTORY_MARGIN, ObservationHistory
 from estimator.learned.artifact import Artifact, load
-from estimator.learned.features import features, model_kind
+from estimator.learned.features import NAMES, RANGED, features, model_kind
 from estimator.learned.measurements import Measurement, observation
+from estimator.offsets import MIN_OBSERVATIONS, FixedCostOffsets, Residual, environment_key
 from estimator.spec import TrainingSpec
 
 ANALYTICAL_VERSION = "analytical"
@@ -37,6 +50,12 @@ HISTORY_METHODS = frozenset({HISTORY, HISTORY_OTHER_GPU})
 # appended to a method whose bound was raised to what other runs of the architecture
 # reached over their estimates
 MODEL_HISTORY = "+model-history"
+# How far beyond the range of a sized feature the calibration was trained on it is
+# still trusted: one doubling. Tree ensembles extrapolate flat, so a model or batch far
+# outside what they saw gets the correction of the nearest runs, which nothing tests.
+DOMAIN_FACTOR = 2.0
+# The breakdown's fixed-cost terms; the others are model-dependent.
+FIXED_TERMS = ("context", "workspaces", "communication", "fixed_offset")
 
 
 class Estimate(BaseModel):
@@ -47,6 +66,8 @@ class Estimate(BaseModel):
     method: str
     breakdown_mib: dict[str, int]
     model_version: str
+    fixed_mib: int = 0  # the per-process fixed cost within peak_mib (FIXED_TERMS)
+    notes: list[str] = Field(default_factory=list)  # e.g. GPU figures assumed
 
 
 class _Answer(Protocol):
@@ -59,32 +80,65 @@ def proven_peaks(estimates: Mapping[str, _Answer]) -> dict[str, int]:
     return {model: e.peak_mib for model, e in estimates.items() if e.method in HISTORY_METHODS}
 
 
-def in_domain(spec: TrainingSpec, kind: str, domain: dict[str, list[str]]) -> bool:
+def in_domain(spec: TrainingSpec, kind: str, domain: dict[str, Any], row: list[float]) -> bool:
     """Whether the calibration has seen jobs like this one: a calibrated model kind, a
-    precision it was trained on, and a single-GPU memory layout."""
+    precision it was trained on, a single-GPU memory layout, and sizes (`row`, the
+    features) within DOMAIN_FACTOR of the ranges it was trained on."""
     par = spec.parallelism
     single = par.tp == par.pp == par.cp == 1 and par.zero_stage == 0
-    return single and kind in domain["kinds"] and spec.precision in domain["precisions"]
+    if not (single and kind in domain["kinds"] and spec.precision in domain["precisions"]):
+        return False
+    slack = math.log(DOMAIN_FACTOR)
+    ranges = domain.get("ranges", {})
+    return all(
+        ranges[name][0] - slack <= row[NAMES.index(name)] <= ranges[name][1] + slack
+        for name in RANGED
+        if name in ranges
+    )
 
 
-def _scaled(terms: Breakdown, peak: float) -> dict[str, int]:
-    """The breakdown with the non-context terms scaled so that it sums to `peak`."""
-    parts = terms.as_dict()
-    dynamic = terms.total - terms.context
-    factor = (peak - terms.context) / dynamic if dynamic > 0 else 1.0
-    scaled = {k: v if k == "context" else v * max(factor, 0.0) for k, v in parts.items()}
-    rounded = {k: round(v) for k, v in scaled.items()}
-    rounded["allocator"] += round(peak) - sum(rounded.values())
-    return rounded
+def _scaled(terms: Breakdown, model_mib: float, offset_mib: float) -> dict[str, int]:
+    """The breakdown: the fixed-cost terms as they are, the learned offset, and the
+    model-dependent terms scaled so that they sum to `model_mib`."""
+    factor = model_mib / terms.model_mib if terms.model_mib > 0 else 1.0
+    parts = {k: v * max(factor, 0.0) for k, v in terms.model_terms().items()}
+    rounded = {k: round(v) for k, v in parts.items()}
+    rounded["allocator"] += round(max(model_mib, 0.0)) - sum(rounded.values())
+    fixed = {k: round(v) for k, v in terms.fixed.as_dict().items()}
+    return {**rounded, **fixed, "fixed_offset": round(offset_mib)}
+
+
+@dataclass
+class _Modelled:
+    """What the models say of a spec on one GPU: the fixed cost (default + offset)
+    and the model-dependent terms' point and bound."""
+
+    fixed_mib: float
+    offset_mib: float
+    model_mib: float
+    model_upper_mib: float
+    method: str
+
+    @property
+    def peak_mib(self) -> float:
+        return self.fixed_mib + self.offset_mib + self.model_mib
+
+    @property
+    def upper_mib(self) -> float:
+        return self.fixed_mib + self.offset_mib + self.model_upper_mib
 
 
 @dataclass
 class Estimator:
-    """Makes estimates; holds the calibration artifact and the observed history."""
+    """Makes estimates; holds the calibration artifact, the observed history, the
+    learned fixed-cost offsets and the descriptions of the GPUs the cluster reported."""
 
     artifact: Artifact | None
     history: ObservationHistory = field(default_factory=ObservationHistory)
     observations: list[Measurement] = field(default_factory=list)
+    offsets: FixedCostOffsets = field(default_factory=FixedCostOffsets)
+    gpus: dict[str, GpuDescription] = field(default_factory=dict)  # reported, by name
+    environments: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> keys
 
     @property
     def coverage(self) -> float:
@@ -92,62 +146,164 @@ class Estimator:
 
     @property
     def version(self) -> str:
-        return self.artifact.version if self.artifact else ANALYTICAL_VERSION
+        """The calibration's version, and the digest of the offsets in force."""
+        base = self.artifact.version if self.artifact else ANALYTICAL_VERSION
+        digest = self.offsets.digest()
+        return f"{base}+fc.{digest}" if digest else base
 
-    def estimate(self, spec: TrainingSpec, gpu_model: str) -> Estimate:
-        """The estimate of `spec` on one GPU of `gpu_model` (SpecError if `spec` is bad)."""
-        gpu = find_gpu_model(gpu_model)
-        name = gpu.name if gpu else gpu_model
+    def with_artifact(self, artifact: Artifact | None) -> Estimator:
+        """This estimator with another calibration; what it observed and learned of
+        the cluster (history, observations, offsets, GPUs) is shared, not copied."""
+        return Estimator(
+            artifact,
+            self.history,
+            list(self.observations),
+            self.offsets,
+            self.gpus,
+            self.environments,
+        )
+
+    def register_gpus(self, reported: list[GpuDescription]) -> None:
+        """Describe GPU models as the cluster's agents reported them. A model seen with
+        several descriptions keeps the largest measured context and every driver's
+        environment (it is charged the largest of their offsets)."""
+        gpus: dict[str, GpuDescription] = {}
+        environments: dict[str, set[str]] = {}
+        for gpu in reported:
+            kept = gpus.get(gpu.name)
+            if kept is None or (gpu.context_mib or 0) > (kept.context_mib or 0):
+                gpus[gpu.name] = gpu
+            environments.setdefault(gpu.name, set()).add(
+                environment_key(gpu.name, gpu.driver_version)
+            )
+        self.gpus = gpus
+        self.environments = {name: tuple(sorted(keys)) for name, keys in environments.items()}
+
+    def describe(self, gpu: str | GpuDescription) -> GpuDescription:
+        """`gpu` as given, as the cluster reported it, or from the catalog/defaults."""
+        if isinstance(gpu, GpuDescription):
+            return gpu
+        reported = canonical_gpu_name(gpu, tuple(self.gpus))
+        return self.gpus[reported] if reported in self.gpus else describe(gpu)
+
+    def estimate(
+        self, spec: TrainingSpec, gpu: str | GpuDescription, environment: str | None = None
+    ) -> Estimate:
+        """The estimate of `spec` on one GPU (a name or a description) in `environment`
+        (an offsets key; default: the GPU's model and driver). SpecError if `spec` is bad."""
+        described = self.describe(gpu)
+        name = described.name
         shape = resolve(spec)
-        terms = breakdown(spec, gpu, shape)
+        terms = breakdown(spec, described, shape)
+        modelled = self._modelled(spec, shape, terms, described, environment)
         peaks = self.history.peaks_by_gpu(spec)
         observed = peaks.get(name)
-        moved = None if observed is not None else self._moved_history(spec, peaks, terms)
+        moved = None if observed is not None else self._moved_history(spec, peaks, modelled)
         if observed is not None:
             peak, upper, method = float(observed), observed * (1 + HISTORY_MARGIN), HISTORY
         elif moved is not None:
             peak, upper, method = moved, moved * (1 + HISTORY_MARGIN), HISTORY_OTHER_GPU
         else:
-            peak, upper, method = self._modelled(spec, shape, terms)
+            peak, upper, method = modelled.peak_mib, modelled.upper_mib, modelled.method
             above = self.history.model_ratio(spec)
             if above is not None and peak * above * (1 + HISTORY_MARGIN) > upper:
                 upper, method = peak * above * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
         peak = max(peak, 0.0)  # a tiny peak moved from a GPU of larger fixed cost is below 0
+        fixed = modelled.fixed_mib + modelled.offset_mib
+        note = described.note()
         return Estimate(
             gpu_model=name,
             peak_mib=round(peak),
             upper_mib=math.ceil(max(upper, peak)),
             coverage=self.coverage,
             method=method,
-            breakdown_mib=_scaled(terms, peak),
+            breakdown_mib=_scaled(terms, peak - fixed, modelled.offset_mib),
             model_version=self.version,
+            fixed_mib=round(fixed),
+            notes=[note] if note else [],
         )
 
+    def _environments(self, gpu: GpuDescription, environment: str | None) -> tuple[str, ...]:
+        if environment is not None:
+            return (environment,)
+        return self.environments.get(gpu.name) or (environment_key(gpu.name, gpu.driver_version),)
+
     def _modelled(
-        self, spec: TrainingSpec, shape: ModelShape, terms: Breakdown
-    ) -> tuple[float, float, str]:
-        """Peak, bound and method from the models: calibrated where in domain, else the
-        analytical model with the margin it needed on the measured runs."""
+        self,
+        spec: TrainingSpec,
+        shape: ModelShape,
+        terms: Breakdown,
+        gpu: GpuDescription,
+        environment: str | None,
+        offset: bool = True,
+    ) -> _Modelled:
+        """Fixed cost and model-dependent terms: calibrated where in domain, else the
+        analytical terms with the margin they needed on the measured runs of the kind
+        (the largest kind's for a kind never measured). Without `offset`, the estimate
+        an environment's residuals are measured against."""
+        keys = self._environments(gpu, environment)
+        learned = any(self.offsets.count(k) >= MIN_OBSERVATIONS for k in keys)
+        offset_mib = self.offsets.largest(keys) if offset else 0.0
+        manifest = self.artifact.manifest if self.artifact else {}
+        # an environment not learned yet may run a stack as costly as any measured one
+        unlearned = 0.0 if learned or not offset else manifest.get("fixed_offset_spread_mib", 0.0)
         kind = model_kind(spec, shape)
-        if self.artifact and in_domain(spec, kind, self.artifact.manifest["domain"]):
-            row = np.array([features(spec, shape, terms)])
+        row = features(spec, shape, terms)
+        model = terms.model_mib
+        if self.artifact and in_domain(spec, kind, manifest["domain"], row):
             calibration = self.artifact.calibration
-            peak = terms.total * math.exp(float(calibration.predict(row)[0]))
-            upper = terms.total * math.exp(float(calibration.predict_upper(row, kind)[0]))
-            return peak, upper, "analytical+learned"
-        margins = self.artifact.manifest["analytical_margins"] if self.artifact else {}
-        return terms.total, terms.total * math.exp(max(0.0, margins.get(kind, 0.0))), "analytical"
+            x = np.array([row])
+            point = model * math.exp(float(calibration.predict(x)[0]))
+            upper = model * math.exp(float(calibration.predict_upper(x, kind)[0]))
+            method = "analytical+learned"
+        else:
+            margins = manifest.get("analytical_margins", {})
+            margin = margins.get(kind, max(margins.values(), default=0.0))
+            point, upper, method = model, model * math.exp(max(0.0, margin)), "analytical"
+        return _Modelled(terms.fixed.total, offset_mib, point, upper + unlearned, method)
 
     def _moved_history(
-        self, spec: TrainingSpec, peaks: dict[str, int], terms: Breakdown
+        self, spec: TrainingSpec, peaks: dict[str, int], modelled: _Modelled
     ) -> float | None:
-        """The largest of `spec`'s `peaks` on other GPU models, with that model's CUDA
-        context replaced by this one's (`terms.context`), or None if it never ran."""
-        moved = [
-            peak - context_mib(find_gpu_model(gpu), communicates(spec)) + terms.context
-            for gpu, peak in peaks.items()
-        ]
+        """The largest of `spec`'s `peaks` on other GPU models, with that model's fixed
+        cost (default and offset) replaced by this one's, or None if it never ran."""
+        here = modelled.fixed_mib + modelled.offset_mib
+        moved = []
+        for gpu, peak in peaks.items():
+            other = self.describe(gpu)
+            there = fixed_cost(other, communicates(spec)).total
+            there += self.offsets.largest(self._environments(other, None))
+            moved.append(peak - there + here)
         return max(moved, default=None)
+
+    def fixed_cost_residual(
+        self,
+        spec: TrainingSpec,
+        gpu: str | GpuDescription,
+        peak_mib: float,
+        environment: str | None = None,
+    ) -> Residual:
+        """How far an observed peak lay above the estimate made without any offset, and
+        that estimate's model-dependent part: what `FixedCostOffsets.observe` takes."""
+        described = self.describe(gpu)
+        shape = resolve(spec)
+        terms = breakdown(spec, described, shape)
+        modelled = self._modelled(spec, shape, terms, described, environment, offset=False)
+        return Residual(peak_mib - modelled.peak_mib, modelled.model_mib)
+
+    def learn_fixed_cost(
+        self,
+        spec: TrainingSpec,
+        gpu: str | GpuDescription,
+        peak_mib: float,
+        environment: str | None = None,
+    ) -> str:
+        """Feed one finished run's peak to its environment's offset; returns the key."""
+        described = self.describe(gpu)
+        key = environment or environment_key(described.name, described.driver_version)
+        residual = self.fixed_cost_residual(spec, described, peak_mib, key)
+        self.offsets.observe(key, residual.residual_mib, residual.model_mib)
+        return key
 
     def observe(
         self,
@@ -172,10 +328,10 @@ class Estimator:
 
     def _above_models(self, spec: TrainingSpec, gpu_model: str, mib: int) -> tuple[str, float]:
         """The GPU model's name, and `mib` over the models' peak estimate on it."""
-        gpu = find_gpu_model(gpu_model)
+        gpu = self.describe(gpu_model)
         shape = resolve(spec)
-        modelled, _upper, _method = self._modelled(spec, shape, breakdown(spec, gpu, shape))
-        return (gpu.name if gpu else gpu_model), mib / modelled
+        modelled = self._modelled(spec, shape, breakdown(spec, gpu, shape), gpu, None)
+        return gpu.name, mib / modelled.peak_mib
 
 
 @cache

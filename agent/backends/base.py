@@ -8,12 +8,33 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class GpuDevice:
-    """A GPU as the host sees it; fixed while the agent runs."""
+    """A GPU as the host sees it; fixed while the agent runs. The estimator describes
+    it from these: its compute capability, the driver and the CUDA version that driver
+    supports (e.g. 12040 for 12.4), and its bare CUDA context as the agent measured it
+    (`agent/context_probe.py`); None where unknown."""
 
     index: int
     uuid: str
     model: str
     memory_total_mib: int
+    compute_capability: tuple[int, int] | None = None
+    driver_version: str | None = None
+    cuda_driver_version: int | None = None
+    context_mib: int | None = None
+
+    def description(self) -> dict[str, object]:
+        """The device as registration reports it."""
+        capability = self.compute_capability
+        return {
+            "uuid": self.uuid,
+            "index": self.index,
+            "model": self.model,
+            "memory_total_mib": self.memory_total_mib,
+            "compute_capability": ".".join(map(str, capability)) if capability else None,
+            "driver_version": self.driver_version,
+            "cuda_driver_version": self.cuda_driver_version,
+            "context_mib": self.context_mib,
+        }
 
 
 @dataclass(frozen=True)

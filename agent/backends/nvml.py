@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from agent.backends.base import GpuDevice, GpuSample, ProcessMemory
@@ -49,7 +49,9 @@ class NvmlBackend:
         self._warned: set[tuple[str, str]] = set()
 
     @classmethod
-    def open(cls) -> NvmlBackend:
+    def open(cls, probe: Callable[[str], int | None] | None = None) -> NvmlBackend:
+        """The host's GPUs; `probe(uuid)` measures each one's bare CUDA context
+        (`agent.context_probe.measure`; None: not measured)."""
         try:
             import pynvml
         except ImportError as exc:  # nvidia-ml-py is a dependency; this is a broken install
@@ -63,17 +65,40 @@ class NvmlBackend:
                 "Run the agent on a GPU host, or with --simulate CLUSTER.yaml"
             ) from exc
         backend._discover()
+        if probe is not None:
+            for gpu in backend._gpus:
+                gpu.device = replace(gpu.device, context_mib=probe(gpu.device.uuid))
         return backend
+
+    def _optional(self, name: str, *args: Any) -> Any:
+        """An NVML query that may be missing (older nvidia-ml-py, older driver) or
+        unsupported: its answer, or None (logged once)."""
+        function = getattr(self._nvml, name, None)
+        if function is None:
+            return None
+        try:
+            return function(*args)
+        except self._nvml.NVMLError as exc:
+            log.info("NVML %s: %s", name, exc)
+            return None
 
     def _discover(self) -> None:
         nvml = self._nvml
+        driver = self._optional("nvmlSystemGetDriverVersion")
+        cuda = self._optional("nvmlSystemGetCudaDriverVersion_v2")
+        if cuda is None:
+            cuda = self._optional("nvmlSystemGetCudaDriverVersion")
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            capability = self._optional("nvmlDeviceGetCudaComputeCapability", handle)
             device = GpuDevice(
                 index=index,
                 uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
                 model=_text(nvml.nvmlDeviceGetName(handle)),
                 memory_total_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total // MIB),
+                compute_capability=(int(capability[0]), int(capability[1])) if capability else None,
+                driver_version=_text(driver) if driver else None,
+                cuda_driver_version=int(cuda) if cuda else None,
             )
             self._gpus.append(_Gpu(device, handle, self._xid_events(device, handle)))
 

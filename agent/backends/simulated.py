@@ -144,7 +144,17 @@ class SimulatedBackend:
 
     def __init__(self, node: SimulatedNode, state_dir: Path) -> None:
         self._devices = [
-            GpuDevice(gpu.index, gpu.uuid, gpu.model, gpu.memory_total_mib) for gpu in node.gpus
+            GpuDevice(
+                gpu.index,
+                gpu.uuid,
+                gpu.model,
+                gpu.memory_total_mib,
+                gpu.kind.compute_capability,
+                gpu.kind.driver_version,
+                gpu.kind.cuda_driver_version,
+                gpu.kind.context_mib,
+            )
+            for gpu in node.gpus
         ]
         self.store = SimulatedGpuStore(state_dir)
         for device in self._devices:

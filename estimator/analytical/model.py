@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from estimator.analytical.context import context_mib
+from estimator.analytical.context import FixedCost, fixed_cost
 from estimator.analytical.hf import dims_from_hf_config, moe_from_hf_config
 from estimator.analytical.precision import (
     adafactor_state_elements,
@@ -30,7 +30,7 @@ from estimator.analytical.precision import (
 )
 from estimator.analytical.transformer import total_params, transformer_memory
 from estimator.catalog import UnknownModelError, lookup
-from estimator.gpus import GpuModel
+from estimator.gpus import GpuDescription, GpuModel
 from estimator.spec import TrainingSpec, TransformerDims, validation_problems
 
 MIB = 1024 * 1024
@@ -176,33 +176,31 @@ def check(spec: TrainingSpec, shape: ModelShape) -> None:
 
 @dataclass(frozen=True)
 class Breakdown:
-    """Peak memory by term, in MiB (floats; rounded only when reported)."""
+    """Peak memory by term, in MiB (floats; rounded only when reported): the
+    model-dependent terms, and the process's fixed cost apart (`context.py`)."""
 
     weights: float
     gradients: float
     optimizer: float
     activations: float
-    context: float
     allocator: float
+    fixed: FixedCost
+
+    @property
+    def model_mib(self) -> float:
+        """The terms that depend on the model and batch (all but the fixed cost)."""
+        return self.weights + self.gradients + self.optimizer + self.activations + self.allocator
 
     @property
     def total(self) -> float:
-        return (
-            self.weights
-            + self.gradients
-            + self.optimizer
-            + self.activations
-            + self.context
-            + self.allocator
-        )
+        return self.model_mib + self.fixed.total
 
-    def as_dict(self) -> dict[str, float]:
+    def model_terms(self) -> dict[str, float]:
         return {
             "weights": self.weights,
             "gradients": self.gradients,
             "optimizer": self.optimizer,
             "activations": self.activations,
-            "context": self.context,
             "allocator": self.allocator,
         }
 
@@ -294,9 +292,9 @@ def _model_states(
 
 
 def breakdown(
-    spec: TrainingSpec, gpu: GpuModel | None, shape: ModelShape | None = None
+    spec: TrainingSpec, gpu: GpuDescription | GpuModel | None, shape: ModelShape | None = None
 ) -> Breakdown:
-    """The analytical peak of `spec` on one GPU of model `gpu` (None: unknown model)."""
+    """The analytical peak of `spec` on one GPU described by `gpu` (None: unknown)."""
     shape = shape or resolve(spec)
     check(spec, shape)
     sizes = state_bytes(spec.precision, spec.master_weights)
@@ -340,6 +338,6 @@ def breakdown(
         gradients=gradients / MIB,
         optimizer=optimizer / MIB,
         activations=dynamic / MIB,
-        context=float(context_mib(gpu, communicates(spec))),
         allocator=allocator / MIB,
+        fixed=fixed_cost(gpu, communicates(spec)),
     )

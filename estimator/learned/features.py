@@ -1,4 +1,6 @@
-"""What the learned correction sees of a job: the analytical terms and the model's make-up.
+"""What the learned correction sees of a job: the model-dependent analytical terms
+and the model's make-up, never the fixed cost (the correction acts on the
+model-dependent terms only; a stack's fixed cost is an offset, `estimator/offsets.py`).
 
 Everything is a ratio or a logarithm, so the correction learns how the physics errs
 (allocator behaviour, cuDNN workspaces, what is freed when) rather than sizes.
@@ -14,10 +16,9 @@ from estimator.spec import TrainingSpec
 LAYER_KINDS = ("conv2d", "linear", "batchnorm", "layernorm", "attention", "groupnorm")
 
 NAMES = (
-    "log_total_mib",
+    "log_model_mib",
     "static_share",
     "activation_share",
-    "context_share",
     "log_batch",
     "log_params",
     "log_activations_per_sample",
@@ -26,6 +27,8 @@ NAMES = (
     "is_summary",
     *(f"{kind}_share" for kind in LAYER_KINDS),
 )
+# The sizes a calibration's domain is bounded in (`train.py` records their ranges).
+RANGED = ("log_model_mib", "log_batch", "log_params", "log_activations_per_sample")
 
 
 def model_kind(spec: TrainingSpec, shape: ModelShape) -> str:
@@ -36,7 +39,7 @@ def model_kind(spec: TrainingSpec, shape: ModelShape) -> str:
 
 
 def features(spec: TrainingSpec, shape: ModelShape, terms: Breakdown) -> list[float]:
-    total = terms.total
+    total = terms.model_mib
     static = terms.weights + terms.gradients + terms.optimizer
     layers = sum(shape.layers.values()) or 1
     per_sample = shape.activations_per_sample
@@ -45,7 +48,6 @@ def features(spec: TrainingSpec, shape: ModelShape, terms: Breakdown) -> list[fl
         math.log(total),
         static / total,
         terms.activations / total,
-        terms.context / total,
         math.log(spec.batch_size),
         math.log(shape.params),
         math.log1p(per_sample),

@@ -2,6 +2,13 @@
 
     colloc estimator train [--data TABLE] [--out DIR]
 
+The calibration learns how the analytical *model-dependent* terms err. Each
+measurement source ran its own software stack (those in `../shared/data` loaded CUDA
+modules eagerly), so each (source, GPU model) is an environment with a fixed-cost
+offset of its own, learned exactly as a cluster learns its own (`estimator/offsets.py`)
+and taken off before the correction is fitted: no stack's fixed cost is baked into
+the defaults or the correction.
+
 `train()` is deterministic: the same table gives the same artifact, byte for byte.
 """
 
@@ -23,12 +30,13 @@ from threadpoolctl import threadpool_limits
 
 from estimator.analytical.model import SpecError, breakdown, resolve
 from estimator.estimate import Estimator
-from estimator.gpus import find_gpu_model
+from estimator.gpus import describe
 from estimator.learned.artifact import FORMAT, Artifact, model_bytes, version_of
 from estimator.learned.calibration import Calibration, calibrated_margin, conformal_quantile
-from estimator.learned.features import NAMES, features, model_kind
+from estimator.learned.features import NAMES, RANGED, features, model_kind
 from estimator.learned.measurements import Measurement
 from estimator.learned.trees import TreeEnsemble
+from estimator.offsets import FixedCostOffsets
 
 FOLDS = 5
 MIN_KIND_RUNS = 50
@@ -36,6 +44,15 @@ MIN_KIND_RUNS = 50
 # and behaviour), so the conformal guarantee holds only roughly on a new family; the
 # corrections aim one point above the stated coverage to keep the stated one.
 COVERAGE_SLACK = 0.01
+# The least share of its model-dependent terms a run is taken to have used once its
+# environment's fixed cost is taken off (a run below it is noise in the offset).
+MIN_MODEL_SHARE = 0.05
+
+
+def environment_of(row: Measurement) -> str:
+    """The environment a measured run's fixed cost belongs to: its source's stack on
+    its GPU model (the key of its offset in `FixedCostOffsets`)."""
+    return f"{row.source}|{describe(row.gpu_model).name}"
 
 
 class CalibrationFitter:
@@ -119,25 +136,53 @@ class CalibrationFitter:
 
 @dataclass
 class Prepared:
-    """Usable runs as arrays: uncensored, with a spec the estimator understands."""
+    """Usable runs as arrays: uncensored, with a spec the estimator understands; the
+    fixed cost (default + the environment's offset) apart from the model terms."""
 
     rows: list[Measurement]
     features: NDArray[np.float64]
-    analytical_mib: NDArray[np.float64]
+    fixed_mib: NDArray[np.float64]  # default fixed cost + the environment's offset
+    model_mib: NDArray[np.float64]  # the analytical model-dependent terms
     measured_mib: NDArray[np.float64]
     groups: NDArray[Any]
     kinds: NDArray[Any]
     censored: NDArray[np.bool_]
     skipped: dict[str, int]
+    offsets: FixedCostOffsets
+
+    @property
+    def analytical_mib(self) -> NDArray[np.float64]:
+        """The analytical estimate, with each environment's offset."""
+        return self.fixed_mib + self.model_mib
+
+    def peak_mib(self, log_ratio: NDArray[np.float64]) -> NDArray[np.float64]:
+        """Peaks from predicted log-ratios of the model-dependent terms."""
+        peak: NDArray[np.float64] = self.fixed_mib + self.model_mib * np.exp(log_ratio)
+        return peak
 
     @property
     def log_ratio(self) -> NDArray[np.float64]:
-        result: NDArray[np.float64] = np.log(self.measured_mib / self.analytical_mib)
+        """log(measured model-dependent memory / analytical): the correction's target."""
+        used = np.maximum(self.measured_mib - self.fixed_mib, MIN_MODEL_SHARE * self.model_mib)
+        result: NDArray[np.float64] = np.log(used / self.model_mib)
         return result
 
 
+def environment_offsets(
+    rows: list[Measurement], fixed_mib: list[float], model_mib: list[float]
+) -> FixedCostOffsets:
+    """Each environment's offset from its uncensored runs' residuals over the
+    analytical estimate made without one."""
+    offsets = FixedCostOffsets()
+    for row, fixed, model in zip(rows, fixed_mib, model_mib, strict=True):
+        if not row.censored:
+            offsets.observe(environment_of(row), row.measured_mib - fixed - model, model)
+    return offsets
+
+
 def prepare(rows: list[Measurement], include_censored: bool = False) -> Prepared:
-    kept, feats, analytical, kinds = [], [], [], []
+    kept: list[Measurement] = []
+    feats, fixed, model, kinds = [], [], [], []
     skipped: dict[str, int] = {}
     for row in rows:
         if row.censored and not include_censored:
@@ -150,25 +195,39 @@ def prepare(rows: list[Measurement], include_censored: bool = False) -> Prepared
         try:
             spec = row.spec()
             shape = resolve(spec)
-            terms = breakdown(spec, find_gpu_model(row.gpu_model), shape)
+            terms = breakdown(spec, describe(row.gpu_model), shape)
         except SpecError as exc:
             reason = exc.problems[0].split(";")[0][:80]
             skipped[reason] = skipped.get(reason, 0) + 1
             continue
         kept.append(row)
         feats.append(features(spec, shape, terms))
-        analytical.append(terms.total)
+        fixed.append(terms.fixed.total)
+        model.append(terms.model_mib)
         kinds.append(model_kind(spec, shape))
+    offsets = environment_offsets(kept, fixed, model)
     return Prepared(
         kept,
         np.array(feats, dtype=np.float64),
-        np.array(analytical, dtype=np.float64),
+        np.array(fixed, dtype=np.float64)
+        + np.array([offsets.offset_mib(environment_of(r)) for r in kept], dtype=np.float64),
+        np.array(model, dtype=np.float64),
         np.array([r.measured_mib for r in kept], dtype=np.float64),
         np.array([r.group for r in kept]),
         np.array(kinds),
         np.array([r.censored for r in kept], dtype=bool),
         skipped,
+        offsets,
     )
+
+
+def _ranges(data: Prepared) -> dict[str, list[float]]:
+    """The range of each sized feature over the training runs (the calibration's domain)."""
+    return {
+        name: [round(float(column.min()), 4), round(float(column.max()), 4)]
+        for name in RANGED
+        for column in [data.features[:, NAMES.index(name)]]
+    }
 
 
 def _analytical_margins(data: Prepared, coverage: float) -> dict[str, float]:
@@ -213,8 +272,13 @@ def train(rows: list[Measurement], coverage: float = 0.95, data_sha256: str = ""
         "domain": {
             "precisions": sorted({r.precision for r in data.rows}),
             "kinds": calibration.kinds,
+            "ranges": _ranges(data),
         },
         "analytical_margins": _analytical_margins(data, coverage),
+        # each training environment's fixed-cost offset over the current-stack defaults,
+        # and the largest of them: what an environment not learned yet may add
+        "fixed_offsets_mib": {k: round(v, 1) for k, v in data.offsets.offsets().items()},
+        "fixed_offset_spread_mib": round(max([0.0, *data.offsets.offsets().values()]), 1),
         "corrections": calibration.kind_corrections,
         "data": {"sha256": data_sha256, "runs_used": len(data.rows), "skipped": data.skipped},
         "libraries": {
@@ -246,8 +310,8 @@ def summarise(
     |error| of the peak, share above the upper bound, median upper/measured."""
     calibrated = np.isin(data.kinds, calibration.kinds)
     corrections = np.array([calibration.kind_corrections.get(str(k), 0.0) for k in data.kinds])
-    peak = data.analytical_mib * np.exp(point_oof)
-    upper = np.maximum(peak, data.analytical_mib * np.exp(upper_oof + corrections))
+    peak = data.peak_mib(point_oof)
+    upper = np.maximum(peak, data.peak_mib(upper_oof + corrections))
     sources = np.array([r.source for r in data.rows])
     return {
         source: scores(peak[mask], upper[mask], data.measured_mib[mask])
@@ -275,23 +339,26 @@ def cross_validate(
     """Held-out peaks and upper bounds for every run, its architecture never trained on.
 
     Each outer fold trains the whole estimator (calibration, inner-fold corrections,
-    analytical margins) on the other architectures' uncensored runs and estimates the
-    held-out runs through `Estimator.estimate`, exactly as a user would get them.
+    analytical margins, environments' offsets) on the other architectures' uncensored
+    runs and estimates the held-out runs through `Estimator.estimate` in their
+    environment, exactly as a user of that cluster would get them.
     """
     data = prepare(rows, include_censored=True)
     peak = np.empty_like(data.measured_mib)
     upper = np.empty_like(data.measured_mib)
     for train_idx, test_idx in GroupKFold(n_splits=folds).split(data.features, groups=data.groups):
-        estimator = Estimator(train([data.rows[i] for i in train_idx], coverage))
+        trained = [data.rows[i] for i in train_idx]
+        estimator = Estimator(train(trained, coverage), offsets=prepare(trained).offsets)
         for i in test_idx:
             row = data.rows[i]
-            estimate = estimator.estimate(row.spec(), row.gpu_model)
+            estimate = estimator.estimate(row.spec(), row.gpu_model, environment_of(row))
             peak[i], upper[i] = estimate.peak_mib, estimate.upper_mib
     return data, peak, upper
 
 
 def refit(estimator: Estimator, base: list[Measurement]) -> Estimator:
-    """A new estimator calibrated on `base` plus everything `estimator` observed; the
-    old one is left as it was, so keeping it undoes the refit."""
+    """A new estimator calibrated on `base` plus everything `estimator` observed (its
+    history, offsets and GPUs kept); the old one is left as it was, so keeping it
+    undoes the refit."""
     artifact = train([*base, *estimator.observations])
-    return Estimator(artifact, estimator.history, list(estimator.observations))
+    return estimator.with_artifact(artifact)

@@ -22,6 +22,10 @@ class GpuRead(BaseModel):
     index: int
     model: str
     memory_total_mib: int
+    compute_capability: str | None  # as the agent reported the device and its stack
+    driver_version: str | None
+    cuda_driver_version: int | None
+    context_mib: int | None  # bare CUDA context the agent measured
     memory_reserved_mib: int
     memory_used_mib: int
     memory_foreign_mib: int

@@ -1,7 +1,9 @@
-"""`POST /v1/estimate`: peak-memory estimates of a TrainingSpec per GPU model."""
+"""`POST /v1/estimate`: peak-memory estimates of a TrainingSpec per GPU model; the
+admin view of the estimator (calibration versions, accuracy, learned fixed costs)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -10,13 +12,15 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from sqlalchemy import select
 
 from estimator.estimate import Estimate, default_estimator
-from estimator.gpus import GPU_MODELS, canonical_gpu_name
+from estimator.gpus import GPU_MODELS, describe, parse_compute_capability
+from estimator.offsets import MIN_OBSERVATIONS
 from estimator.spec import TrainingSpec
 from service.auth.deps import UserDep, allow
 from service.deps import EstimatorDep, SessionDep
 from service.errors import ApiError
 from service.estimates import accuracy
 from service.estimates.accuracy import RATIO_BUCKETS, AccuracyFilters, AccuracyPoint
+from service.estimates.models import FixedCostOffset
 from service.estimates.service import PACKAGED, EstimatorState, active_version, versions
 from service.filters import GpuModel, Owner, TimeRangeDep, resolve_gpu_model
 from service.jobs.service import estimate_for
@@ -25,13 +29,29 @@ from service.nodes.models import Gpu
 router = APIRouter(tags=["estimates"])
 
 
+class GpuQuery(BaseModel):
+    """A GPU to estimate on, described as far as the caller knows it; what is left
+    out comes from the cluster's reports, the catalog, or stated generic defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"\S")]
+    memory_total_mib: int | None = Field(default=None, ge=1, le=16 * 1024 * 1024)
+    compute_capability: (
+        Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]{1,2}$")] | None
+    ) = None
+
+
 class EstimateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     training: TrainingSpec
+    # any GPU names (a name nobody reported or catalogued gets generic defaults, said
+    # in the estimate's `notes`), or `gpus` with what is known of each
     gpu_models: list[Annotated[str, StringConstraints(min_length=1, max_length=128)]] | None = (
         Field(default=None, min_length=1, max_length=64)
     )
+    gpus: list[GpuQuery] | None = Field(default=None, min_length=1, max_length=64)
 
 
 class EstimateList(BaseModel):
@@ -42,21 +62,29 @@ class EstimateList(BaseModel):
 def estimate(
     body: EstimateRequest, session: SessionDep, estimator: EstimatorDep, caller: UserDep
 ) -> EstimateList:
-    """Estimates for the given GPU models (default: those in the cluster, else all known)."""
-    cluster = sorted(set(session.scalars(select(Gpu.model))))
-    if body.gpu_models is None:
-        models = cluster or [model.name for model in GPU_MODELS]
-    else:
-        resolved = {name: canonical_gpu_name(name, tuple(cluster)) for name in body.gpu_models}
-        unknown = [name for name, canonical in resolved.items() if canonical is None]
-        if unknown:
-            raise ApiError(
-                422,
-                "unknown_gpu_model",
-                f"unknown GPU model(s): {', '.join(unknown)}",
-                {"unknown": unknown, "known": sorted({*(m.name for m in GPU_MODELS), *cluster})},
+    """Estimates for the given GPUs (default: the cluster's models, else every
+    catalogued one). Any GPU name is estimated: as the cluster's agents reported it,
+    as catalogued, or from stated generic defaults (see each estimate's `notes`)."""
+    if body.gpu_models is not None and body.gpus is not None:
+        raise ApiError(422, "invalid_request", "give gpu_models or gpus, not both")
+    if body.gpus is not None:
+        given = [
+            describe(
+                gpu.model,
+                gpu.memory_total_mib,
+                parse_compute_capability(gpu.compute_capability)
+                if gpu.compute_capability
+                else None,
             )
-        models = [canonical for canonical in resolved.values() if canonical is not None]
+            for gpu in body.gpus
+        ]
+        estimator = replace(estimator, gpus={**estimator.gpus, **{g.name: g for g in given}})
+        models = list(dict.fromkeys(g.name for g in given))
+    elif body.gpu_models is not None:
+        models = list(dict.fromkeys(estimator.describe(name).name for name in body.gpu_models))
+    else:
+        cluster = sorted(set(session.scalars(select(Gpu.model))))
+        models = cluster or [model.name for model in GPU_MODELS]
     estimates = estimate_for(estimator, body.training, models, caller.name)  # caller's history
     return EstimateList(estimates=list(estimates.values()))
 
@@ -83,9 +111,23 @@ class ModelAccuracyRead(BaseModel):
     ratio_buckets: list[RatioBucket]
 
 
+class FixedCostOffsetRead(BaseModel):
+    """One environment's learned fixed-cost offset (`estimator/offsets.py`)."""
+
+    environment: str
+    gpu_model: str
+    driver_version: str | None
+    observations: int  # successful training runs taken in
+    offset_mib: float  # added to the default fixed cost of every process there
+    in_force: bool  # enough runs to be used (estimator.offsets.MIN_OBSERVATIONS)
+    updated_at: datetime
+
+
 class EstimatorRead(BaseModel):
     active: str
+    model_version: str  # what estimates now carry: calibration + offsets in force
     versions: list[EstimatorVersionRead]
+    fixed_cost_offsets: list[FixedCostOffsetRead]
     observed_peaks: int
     accuracy: list[ModelAccuracyRead]  # per GPU model, over the filtered peaks
     points: list[AccuracyPoint]  # the newest filtered pairs, newest first
@@ -127,7 +169,20 @@ def _estimator_read(
     ]
     return EstimatorRead(
         active=active_version(rows),
+        model_version=estimator.version,
         versions=listed,
+        fixed_cost_offsets=[
+            FixedCostOffsetRead(
+                environment=o.environment,
+                gpu_model=o.gpu_model,
+                driver_version=o.driver_version,
+                observations=o.observations,
+                offset_mib=round(estimator.offsets.offset_mib(o.environment), 1),
+                in_force=estimator.offsets.count(o.environment) >= MIN_OBSERVATIONS,
+                updated_at=o.updated_at,
+            )
+            for o in session.scalars(select(FixedCostOffset).order_by(FixedCostOffset.environment))
+        ],
         observed_peaks=len(estimator.observations),
         accuracy=[
             ModelAccuracyRead(

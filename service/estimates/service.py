@@ -8,6 +8,15 @@ architecture needs. `refit` trains a new calibration on the packaged measurement
 the peaks and records it as a version; `activate` switches versions (or back to the
 packaged calibration), so a refit can always be undone. Replicas pick up the active
 version from the database on their next cycle.
+
+The cluster's own fixed cost per process is learned the same way: every successful
+training attempt's peak, minus the estimate made without an offset on the GPU it ran
+on, is a residual of its environment (GPU model and driver, `estimator/offsets.py`).
+The residuals live in the database (`fixed_cost_offsets`), each row with the last
+observation it took in, so that taking them in is idempotent: a sync whose
+transaction is rolled back (a read-only request) leaves them for the next one, and a
+restarted server goes on from the database. Every sync loads them back, with the GPU
+descriptions the agents reported, into the estimator every later estimate uses.
 """
 
 from __future__ import annotations
@@ -20,16 +29,20 @@ from dataclasses import replace
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from estimator.analytical.model import SpecError
 from estimator.estimate import Estimator, default_estimator
+from estimator.gpus import GpuDescription, describe, parse_compute_capability
 from estimator.history import ObservationHistory
 from estimator.learned import artifact, measurements
 from estimator.learned.calibration import Calibration
+from estimator.offsets import FixedCostOffsets, environment_key
 from service.db import utcnow
 from service.errors import ApiError
-from service.estimates.models import EstimatorVersion
+from service.estimates.models import EstimatorVersion, FixedCostOffset
 from service.events.service import record
 from service.jobs.models import Attempt, Job, Observation
 from service.jobs.service import training_spec
+from service.nodes.models import Gpu
 
 PACKAGED = "packaged"
 log = logging.getLogger(__name__)
@@ -73,9 +86,7 @@ class EstimatorState:
             wanted = row.version if row else PACKAGED
             if wanted != self._active:
                 base = default_estimator().artifact if row is None else _artifact(row)
-                self.current = Estimator(
-                    base, self.current.history, list(self.current.observations)
-                )
+                self.current = self.current.with_artifact(base)
                 self._active = wanted
             if rebuild and self._trusted == trusted_seen:  # (not done by another thread)
                 fresh = ObservationHistory()
@@ -90,7 +101,10 @@ class EstimatorState:
                     self._learn(observation, attempt, job)
                 except Exception:  # one bad row (a spec stored before it could be refused)
                     log.exception("observation %d not learned from", observation.id)
-            return self.current
+            current = self.current
+        current.register_gpus(reported_gpus(session))
+        current.offsets = learn_offsets(session, current)
+        return current
 
     def _learn(self, observation: Observation, attempt: Attempt, job: Job) -> None:
         spec = training_spec(job)
@@ -161,6 +175,86 @@ class EstimatorState:
         if row is not None:
             row.active = True
         session.flush()
+
+
+def describe_gpu(gpu: Gpu) -> GpuDescription:
+    """A registered GPU as its agent reported it (catalog or defaults for the rest)."""
+    try:
+        capability = parse_compute_capability(gpu.compute_capability or "")
+    except ValueError:
+        capability = None  # not reported (an older agent)
+    return describe(
+        gpu.model,
+        gpu.memory_total_mib,
+        capability,
+        driver_version=gpu.driver_version,
+        cuda_driver_version=gpu.cuda_driver_version,
+        context_mib=gpu.context_mib,
+    )
+
+
+def reported_gpus(session: Session) -> list[GpuDescription]:
+    """Every distinct GPU description the agents reported."""
+    columns = (
+        Gpu.model,
+        Gpu.memory_total_mib,
+        Gpu.compute_capability,
+        Gpu.driver_version,
+        Gpu.cuda_driver_version,
+        Gpu.context_mib,
+    )
+    rows = session.execute(select(*columns).distinct())
+    return [describe_gpu(Gpu(**row._asdict())) for row in rows]
+
+
+def learn_offsets(session: Session, estimator: Estimator) -> FixedCostOffsets:
+    """Take the residuals of successful training attempts not taken in yet into their
+    environments' rows (in the caller's transaction), and return every environment's
+    offsets as the database then holds them."""
+    rows = {row.environment: row for row in session.scalars(select(FixedCostOffset))}
+    offsets = FixedCostOffsets()
+    for key, stored in rows.items():
+        offsets.load(key, stored.residuals)
+    through = max((stored.last_observation_id for stored in rows.values()), default=0)
+    new = session.execute(
+        select(Observation, Job, Gpu)
+        .join(Attempt, Observation.attempt_id == Attempt.id)
+        .join(Job, Attempt.job_id == Job.id)
+        .join(Gpu, Observation.gpu_id == Gpu.id)
+        .where(Observation.id > through, Attempt.state == "succeeded")
+        .order_by(Observation.id)
+    ).all()
+    now = utcnow()
+    for observation, job, gpu in new:
+        spec = training_spec(job)
+        if spec is None:
+            continue
+        described = describe_gpu(gpu)
+        key = environment_key(described.name, gpu.driver_version)
+        try:
+            residual = estimator.fixed_cost_residual(spec, described, observation.peak_mib, key)
+        except SpecError:
+            continue  # a spec this calibration cannot read: nothing to learn from it
+        offsets.observe(key, residual.residual_mib, residual.model_mib)
+        row = rows.get(key)
+        if row is None:
+            row = FixedCostOffset(
+                environment=key,
+                gpu_model=described.name,
+                driver_version=gpu.driver_version,
+                observations=0,
+            )
+            session.add(row)
+            rows[key] = row
+        row.observations += 1
+        row.residuals = offsets.to_json(key)
+        row.offset_mib = offsets.offset_mib(key)
+    if new:
+        for row in rows.values():  # every observation up to here is taken in
+            row.last_observation_id = new[-1][0].id
+            row.updated_at = now
+        session.flush()
+    return offsets
 
 
 def _artifact(row: EstimatorVersion) -> artifact.Artifact:

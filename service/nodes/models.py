@@ -32,6 +32,11 @@ class Gpu(Base):
     index: Mapped[int]
     model: Mapped[str] = mapped_column(String(128))
     memory_total_mib: Mapped[int]
+    # what the agent reported of the device and its stack (None: older agent, or unknown)
+    compute_capability: Mapped[str | None] = mapped_column(String(8))  # "9.0"
+    driver_version: Mapped[str | None] = mapped_column(String(64))
+    cuda_driver_version: Mapped[int | None]  # e.g. 12040 for CUDA 12.4
+    context_mib: Mapped[int | None]  # the bare CUDA context the agent measured
     memory_used_mib: Mapped[int] = mapped_column(default=0)
     memory_foreign_mib: Mapped[int] = mapped_column(default=0)
     utilization_pct: Mapped[float] = mapped_column(default=0.0)

@@ -50,6 +50,16 @@ class GpuInfo(Strict):
         str, BeforeValidator(_storable()), StringConstraints(min_length=1, max_length=128)
     ]
     memory_total_mib: int = Field(ge=1, le=16 * 1024 * 1024)
+    # the device and its stack as the agent saw them (older agents send none of it)
+    compute_capability: (
+        Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]{1,2}$")] | None
+    ) = None
+    driver_version: (
+        Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9._-]+$")] | None
+    ) = None
+    cuda_driver_version: int | None = Field(default=None, ge=1000, le=999_999)  # 12040
+    context_mib: int | None = Field(default=None, ge=0, le=64 * 1024)  # bare CUDA context
+
 
 
 class NodeRegister(Strict):

@@ -68,6 +68,10 @@ def register(*, session: Session, body: NodeRegister) -> Node:
         gpu.index = info.index
         gpu.model = info.model
         gpu.memory_total_mib = info.memory_total_mib
+        gpu.compute_capability = info.compute_capability
+        gpu.driver_version = info.driver_version
+        gpu.cuda_driver_version = info.cuda_driver_version
+        gpu.context_mib = info.context_mib
         gpu.healthy = True
         gpu.updated_at = now
     reported = {info.uuid for info in body.gpus}

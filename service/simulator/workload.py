@@ -21,7 +21,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from estimator.analytical.context import context_mib
+from estimator.analytical.context import fixed_cost
 from estimator.gpus import find_gpu_model
 from estimator.learned.measurements import A100, Measurement
 from estimator.spec import TrainingSpec
@@ -50,8 +50,8 @@ class SimJob:
 def true_peak_mib(row: Measurement, gpu_model: str, gpus: int, spike: float) -> int:
     """The job's real peak per GPU on `gpu_model`: the measured A100 peak with that
     GPU's CUDA context instead of the A100's (and NCCL buffers when it spans GPUs)."""
-    a100 = context_mib(find_gpu_model(A100), communicates=False)
-    here = context_mib(find_gpu_model(gpu_model), communicates=gpus > 1)
+    a100 = fixed_cost(find_gpu_model(A100), communicates=False).total
+    here = fixed_cost(find_gpu_model(gpu_model), communicates=gpus > 1).total
     return math.ceil((row.measured_mib - a100 + here) * (1 + spike))
 
 

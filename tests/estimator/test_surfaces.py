@@ -51,10 +51,36 @@ def test_cli_lists_every_problem_without_a_traceback(tmp_path: Path) -> None:
     unknown.write_text("model: {catalog: resnet5}\nbatch_size: 1\n")
     result = colloc("estimate", str(unknown), "--gpu", "T4")
     assert result.returncode == 2 and "did you mean" in result.stderr
-    result = colloc("estimate", str(bad), "--gpu", "Z9")
-    assert result.returncode == 2 and "unknown GPU model" in result.stderr
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    result = colloc("estimate", str(spec), "--gpu", "T4", "--compute-capability", "nine")
+    assert result.returncode == 2 and "compute capability 'nine'" in result.stderr
+    result = colloc("estimate", str(spec), "--gpu-memory-mib", "8000")
+    assert result.returncode == 2 and "--gpu NAME" in result.stderr
     for output in (result.stderr,):
         assert "Traceback" not in output
+
+
+def test_cli_estimates_any_gpu(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    name = "NVIDIA RTX PRO 6000 Blackwell Server Edition"
+    guessed = colloc("estimate", str(spec), "--gpu", name, "--json")
+    assert guessed.returncode == 0, guessed.stderr
+    assert "not in the catalog; assuming" in guessed.stderr  # one line, to stderr
+    assert len(guessed.stderr.strip().splitlines()) == 1
+    estimate = Estimate.model_validate_json(guessed.stdout)
+    assert estimate.gpu_model == name and estimate.notes
+    described = colloc(
+        "estimate",
+        str(spec),
+        *("--gpu", name, "--gpu-memory-mib", "97887", "--compute-capability", "12.0", "--json"),
+    )
+    assert described.returncode == 0 and described.stderr == ""
+    told = Estimate.model_validate_json(described.stdout)
+    assert (
+        told.notes == [] and told.breakdown_mib["workspaces"] > estimate.breakdown_mib["workspaces"]
+    )
 
 
 def test_api_estimates_for_the_cluster_models(client: TestClient) -> None:
@@ -92,5 +118,6 @@ def test_api_bad_specs_are_422_with_every_problem(client: TestClient) -> None:
         }
     }
     assert client.post("/v1/estimate", json=tp).json()["error"]["details"]["problems"]
-    gpu = {"training": unknown["training"], "gpu_models": ["Z9"]}
-    assert client.post("/v1/estimate", json=gpu).json()["error"]["code"] == "unknown_gpu_model"
+    gpu = {"training": {"model": {"catalog": "resnet50"}, "batch_size": 1}, "gpu_models": ["Z9"]}
+    (any_gpu,) = client.post("/v1/estimate", json=gpu).json()["estimates"]  # no GPU is unknown
+    assert any_gpu["gpu_model"] == "Z9" and any_gpu["notes"]

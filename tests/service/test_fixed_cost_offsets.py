@@ -1,0 +1,85 @@
+"""The cluster learns its own fixed cost per process from finished jobs, keeps it in
+the database, and every later estimate (also after a restart) uses it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from service.db import transaction
+from service.estimates.models import FixedCostOffset
+from tests.conftest import submit
+from tests.service.test_lifecycle import GPU0, beat, cycle, exited
+
+A100 = {
+    "uuid": GPU0,
+    "index": 0,
+    "model": "NVIDIA A100-SXM4-40GB",
+    "memory_total_mib": 40960,
+    "compute_capability": "8.0",
+    "driver_version": "535.183.01",
+    "cuda_driver_version": 12020,
+    "context_mib": 300,
+}
+STACK_MIB = 700  # what this cluster's stack holds per process beyond the defaults
+
+
+def cifar(batch: int) -> dict[str, Any]:
+    return {"model": {"catalog": "resnet18"}, "batch_size": batch, "image_size": 32}
+
+
+def register(client: TestClient) -> int:
+    body = {"name": "n1", "agent_version": "test", "gpus": [A100]}
+    response = client.post("/v1/nodes/register", json=body)
+    assert response.status_code == 200, response.text
+    return int(response.json()["node_id"])
+
+
+def estimate_now(client: TestClient) -> dict[str, Any]:
+    response = client.post("/v1/estimate", json={"training": cifar(100)})
+    assert response.status_code == 200, response.text
+    (answer,) = response.json()["estimates"]
+    result: dict[str, Any] = answer
+    return result
+
+
+def offsets(client: TestClient) -> list[dict[str, Any]]:
+    read = client.get("/v1/admin/estimator").json()
+    rows: list[dict[str, Any]] = read["fixed_cost_offsets"]
+    return rows
+
+
+def test_the_offset_moves_after_observations_and_survives_a_restart(make_client: Any) -> None:
+    client = make_client()
+    node = register(client)
+    before = estimate_now(client)
+    for batch in (8, 16, 32, 64, 128):
+        job = submit(client, training=cifar(batch))
+        (estimate,) = job["estimates"]
+        cycle(client)
+        peak = estimate["peak_mib"] + STACK_MIB
+        beat(client, node, [exited(job["id"], peak=peak, ran_s=600)])
+        cycle(client)  # a committed sync takes the residual in
+    (learned,) = offsets(client)
+    assert learned["environment"] == "NVIDIA A100-SXM4-40GB|driver 535.183.01"
+    assert learned["in_force"] and learned["observations"] == 5
+    assert learned["offset_mib"] == pytest.approx(STACK_MIB, abs=3)
+    after = estimate_now(client)
+    assert after["peak_mib"] == pytest.approx(before["peak_mib"] + STACK_MIB, abs=3)
+    assert after["breakdown_mib"]["fixed_offset"] == pytest.approx(STACK_MIB, abs=3)
+    assert after["model_version"] != before["model_version"]
+    assert "+fc." in client.get("/v1/admin/estimator").json()["model_version"]
+    state = client.app.state
+    with transaction(state.sessions) as session:
+        (row,) = session.scalars(select(FixedCostOffset))
+        assert row.offset_mib == pytest.approx(STACK_MIB, abs=3) and len(row.residuals) == 5
+
+    restarted = make_client()  # a new server process on the same database
+    again = estimate_now(restarted)
+    assert again["peak_mib"] == after["peak_mib"]
+    assert again["model_version"] == after["model_version"]
+    assert offsets(restarted) == offsets(client)
+    assert len(offsets(restarted)) == 1 and offsets(restarted)[0]["observations"] == 5
