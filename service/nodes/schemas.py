@@ -61,7 +61,6 @@ class GpuInfo(Strict):
     context_mib: int | None = Field(default=None, ge=0, le=64 * 1024)  # bare CUDA context
 
 
-
 class NodeRegister(Strict):
     name: Annotated[
         str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
