@@ -9,6 +9,7 @@ validates is one the estimator can read.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 # A full config.json is a few KiB; a classifier's label maps (`id2label` and `label2id`
@@ -17,6 +18,13 @@ from typing import Any
 HF_CONFIG_MAX_BYTES = 256 * 1024
 # Real configs nest a few levels (`text_config.rope_scaling.type`); far deeper is no config.
 HF_CONFIG_MAX_DEPTH = 16
+# Keys that name counts and sizes in Hugging Face configs (`num_hidden_layers`, `n_head`,
+# `hidden_size`, `head_dim`, `max_position_embeddings`, `d_model`, ...): a true or 2.7
+# there is no count, though Python would read it as 1 or 2.
+_COUNT_KEY = re.compile(
+    r"^(num_|n_)|(_size|_layers|_heads|_dim|_position_embeddings|_experts|_embd|_inner)$|"
+    r"^(dim|d_model|d_ff|d_kv)$"
+)
 
 
 def _depth(value: Any) -> int:
@@ -33,6 +41,16 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def _not_counts(config: dict[str, Any]) -> list[str]:
+    """The count keys of `config` whose value is a truth value or a fractional number."""
+    return [
+        key
+        for key, value in config.items()
+        if _COUNT_KEY.search(key)
+        and (isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()))
+    ]
+
+
 def check_hf_config(config: dict[str, Any]) -> None:
     """Raise ValueError saying why the estimator cannot use `config`."""
     if _depth(config) > HF_CONFIG_MAX_DEPTH:
@@ -43,6 +61,9 @@ def check_hf_config(config: dict[str, Any]) -> None:
         raise ValueError("hf_config holds a number that is not finite (NaN or infinity)") from exc
     if size > HF_CONFIG_MAX_BYTES:
         raise ValueError(f"hf_config is {size} bytes of JSON; at most {HF_CONFIG_MAX_BYTES}")
+    wrong = _not_counts(config)
+    if wrong:
+        raise ValueError(f"hf_config: {', '.join(wrong)} must be whole numbers")
     from estimator.analytical.hf import dims_from_hf_config  # it imports estimator.spec
 
     try:

@@ -45,6 +45,12 @@ POISON_BODIES: dict[str, bytes] = {
     "hf_config absurd size": json.dumps(
         {"model": {"hf_config": {**HF, "hidden_size": 10**30}}, "batch_size": 1, "seq_len": 8}
     ).encode(),
+    "hf_config count as a truth value": json.dumps(
+        {"model": {"hf_config": {**HF, "num_hidden_layers": True}}, "batch_size": 1, "seq_len": 8}
+    ).encode(),
+    "hf_config fractional count": json.dumps(
+        {"model": {"hf_config": {**HF, "num_attention_heads": 2.7}}, "batch_size": 1, "seq_len": 8}
+    ).encode(),
     "hf_config missing keys": b'{"model": {"hf_config": {"hidden_size": 64}}, "batch_size": 1,'
     b' "seq_len": 8}',
     "hf_config of 300 KB": json.dumps(
