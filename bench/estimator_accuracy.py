@@ -268,7 +268,7 @@ def llm_pretraining() -> None:
 
 def implausible_counts(table: list[Measurement]) -> None:
     counts = Counter((r.source, r.implausible) for r in table if r.implausible)
-    print("\n### Implausible rows (left out of training and of every truth above)\n")
+    print("\n### Implausible rows (left out of training and of every truth here)\n")
     print("| source | rule | rows |")
     print("|---|---|---|")
     for (source, rule), n in sorted(counts.items()):
