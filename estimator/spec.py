@@ -175,7 +175,8 @@ class TrainingSpec(Strict):
     # selective: op-level selective checkpointing as torchtitan applies it (each block
     # saves its input, every other matmul output and the fused attention output, and
     # recomputes the rest); with `checkpoint_every`, torchtitan's layer-wise form instead:
-    # every n-th block fully checkpointed, the others keep everything
+    # every n-th block fully checkpointed, the others keep everything. Other models: full
+    # keeps O(sqrt(layers)) of their activations; selective is counted as none
     activation_checkpointing: Checkpointing = "none"
     checkpoint_every: int | None = Field(default=None, ge=1, le=1024)
     flash_attention: bool = False  # attention without the s^2 score tensors
