@@ -8,6 +8,8 @@ admin pages all read the same verdict.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -34,7 +36,20 @@ def _owner_is_admin(session: Session, owner: str, settings: Settings) -> bool:
     return session.scalar(admin.limit(1)) is not None
 
 
-def _doubt(job: Job, attempt: Attempt, outcome: str, peak_mib: int, now: datetime) -> str | None:
+def _weights_mib(job: Job) -> float | str:
+    """What one GPU of the job holds of its model's weights, or why that is unknown."""
+    raw = job.spec.get("training")
+    if not raw:
+        return "the job has no training spec"
+    try:
+        return weights_mib(TrainingSpec.model_validate(raw))
+    except Exception as exc:  # a spec stored before it could be refused
+        return f"its training spec cannot be estimated ({exc})"
+
+
+def _doubt(
+    outcome: str, peak_mib: int, ran_s: float, weights: Callable[[], float | str]
+) -> str | None:
     """Why this peak is not one to learn from, or None. An OOM's peak only says the
     architecture needs more (it widens a bound, never lowers one): any non-zero one
     counts; other endings teach nothing."""
@@ -42,15 +57,10 @@ def _doubt(job: Job, attempt: Attempt, outcome: str, peak_mib: int, now: datetim
         return None if peak_mib > 0 else "no GPU memory was seen in use"
     if outcome != "succeeded":
         return f"the attempt ended {outcome}"
-    raw = job.spec.get("training")
-    if not raw:
-        return "the job has no training spec"
-    try:
-        weights = weights_mib(TrainingSpec.model_validate(raw))
-    except Exception as exc:  # a spec stored before it could be refused
-        return f"its training spec cannot be estimated ({exc})"
-    ran_s = (now - (attempt.started_at or now)).total_seconds()
-    return credibility_problem(peak_mib=peak_mib, ran_s=ran_s, weights_mib=weights)
+    held = weights()
+    if isinstance(held, str):
+        return held
+    return credibility_problem(peak_mib=peak_mib, ran_s=ran_s, weights_mib=held)
 
 
 def store(
@@ -66,6 +76,8 @@ def store(
     """Record the observed peak on each of the attempt's GPUs, with the verdict on it;
     returns the peaks kept."""
     job = attempt.job
+    ran_s = (finished_at - (attempt.started_at or finished_at)).total_seconds()
+    weights = functools.cache(lambda: _weights_mib(job))  # once, and only if needed
     trusted: bool | None = None
     peaks = []
     for allocation in attempt.allocations:
@@ -74,7 +86,9 @@ def store(
             continue
         peak = max(peak, 0)
         peaks.append(peak)
-        doubt = _doubt(job, attempt, outcome, peak, finished_at)
+        doubt = _doubt(outcome, peak, ran_s, weights)
+        if doubt is not None:  # it may quote the spec: kept storable and within its column
+            doubt = doubt.replace("\x00", "")[:DOUBT_MAX_CHARS]
         if trusted is None:
             trusted = _owner_is_admin(session, job.owner, settings)
         session.add(
@@ -85,7 +99,7 @@ def store(
                 peak_mib=peak,
                 created_at=now,
                 credible=doubt is None,
-                doubt=doubt[:DOUBT_MAX_CHARS] if doubt else None,
+                doubt=doubt,
                 trusted=bool(trusted),
             )
         )

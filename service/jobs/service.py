@@ -260,13 +260,17 @@ def set_priority(*, session: Session, job: Job, priority: int, by: str) -> Job:
     return job
 
 
+PROBLEM_MAX_CHARS = 4096  # as much of a failure's reason as agents may send
+
+
 def fail_unschedulable(*, session: Session, job: Job, problem: str) -> None:
     """End a waiting job the scheduler cannot handle (a spec stored before it could be
     refused, an estimate that fails): it alone fails, with the reason, and the cycle
     goes on for the others."""
     now = utcnow()
     job.state = "failed"
-    job.reason = f"cannot be scheduled: {problem}"
+    # the problem may quote the spec: kept storable (no NUL) and readable (bounded)
+    job.reason = f"cannot be scheduled: {problem.replace(chr(0), '')[:PROBLEM_MAX_CHARS]}"
     job.finished_at = job.updated_at = now
     record(session=session, kind="job.failed", job_id=job.id, message=job.reason)
 
