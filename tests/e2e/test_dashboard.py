@@ -215,6 +215,7 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
     page.open("estimator")
     page.wait("estimate-vs-observed accuracy", lambda d: len(page.texts("#accuracy tbody tr")) == 1)
     page.wait("a scatter point", lambda d: page.count(".chart circle") == 1)
+    assert page.count("#fixed-cost-offsets") == 1  # the cluster's learned fixed costs
     assert page.unclipped(), "a chart label runs past the chart's edge"
     page.shot("estimator")
 

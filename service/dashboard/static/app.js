@@ -227,7 +227,7 @@ const jobs = {
 
 // ---- one job -------------------------------------------------------------
 
-const BREAKDOWN = ["weights", "gradients", "optimizer", "activations", "context", "allocator"];
+const BREAKDOWN = ["weights", "gradients", "optimizer", "activations", "allocator", "context", "workspaces", "communication", "fixed_offset"];
 
 async function logTail(jobId, attempt, stream) {
   const params = { attempt, stream };
@@ -317,6 +317,10 @@ const estimator = {
           scatterChart(points.map((p) => ({ x: p.peak_mib, y: p.observed_mib, bad: p.observed_mib > p.upper_mib,
             title: `job ${p.job_id} attempt ${p.attempt}: estimated ${p.peak_mib} MiB (bound ${p.upper_mib}), observed ${p.observed_mib} MiB` })),
           { xLabel: "estimated peak", yLabel: "observed peak (red: above the bound)" })))),
+        h("h2", {}, "Fixed cost per process, learned per GPU model and driver"),
+        h("p", { class: "muted" }, `Estimates now carry version ${e.model_version}. An offset is added to the default fixed cost (CUDA context, cuBLAS workspaces, NCCL) of every process in its environment once enough successful runs were seen.`),
+        table(["environment", "runs", "offset (MiB)", "in force", "updated"], e.fixed_cost_offsets.map((o) => h("tr", {}, td(o.environment), num(o.observations),
+          num(o.offset_mib.toFixed(0)), td(o.in_force ? "yes" : "not yet"), td(when(o.updated_at)))), { id: "fixed-cost-offsets" }),
         h("h2", {}, "Calibration versions"),
         table(["version", "active", "trained on peaks", "created"], e.versions.map((v) => h("tr", {}, td(v.version), td(v.active ? "yes" : ""), num(v.observations), td(when(v.created_at))))));
     };
