@@ -14,8 +14,10 @@ lies in the calibration's domain (its kind, precision and layout, and every size
 feature within a factor DOMAIN_FACTOR of what it was trained on); the analytical
 model alone elsewhere, with the margin it needed on the measured runs of that kind.
 The bound of the last two is widened for an architecture whose observed runs went
-further above their estimates than it allows, and, in an environment whose offset is
-not learned yet, by how far measured stacks' fixed costs lay above the defaults.
+further above their estimates than it allows, and by the fixed cost's uncertainty: a
+learned offset's own spread (`FixedCostOffsets.margin_mib`), or, in an environment
+whose offset is not learned yet, how far measured stacks' fixed costs lay above the
+defaults (the largest training environment's offset).
 
 Any GPU can be named: a catalogued one adds its figures, a GPU the cluster reported
 is described as reported (`register_gpus`), any other takes generic defaults and the
@@ -245,8 +247,14 @@ class Estimator:
         learned = any(self.offsets.count(k) >= MIN_OBSERVATIONS for k in keys)
         offset_mib = self.offsets.largest(keys) if offset else 0.0
         manifest = self.artifact.manifest if self.artifact else {}
-        # an environment not learned yet may run a stack as costly as any measured one
-        unlearned = 0.0 if learned or not offset else manifest.get("fixed_offset_spread_mib", 0.0)
+        # the fixed cost's own uncertainty, for the bound: a learned offset's spread, or,
+        # an environment not learned yet, a stack as costly as any measured one
+        if not offset:
+            fixed_margin = 0.0
+        elif learned:
+            fixed_margin = self.offsets.largest_margin(keys)
+        else:
+            fixed_margin = manifest.get("fixed_offset_spread_mib", 0.0)
         kind = model_kind(spec, shape)
         row = features(spec, shape, terms)
         model = terms.model_mib
@@ -260,7 +268,7 @@ class Estimator:
             margins = manifest.get("analytical_margins", {})
             margin = margins.get(kind, max(margins.values(), default=0.0))
             point, upper, method = model, model * math.exp(max(0.0, margin)), "analytical"
-        return _Modelled(terms.fixed.total, offset_mib, point, upper + unlearned, method)
+        return _Modelled(terms.fixed.total, offset_mib, point, upper + fixed_margin, method)
 
     def _moved_history(
         self, spec: TrainingSpec, peaks: dict[str, int], modelled: _Modelled

@@ -20,6 +20,9 @@ campaign. The statistic is robust so that one odd run cannot move it:
 - only the newest `WINDOW` runs per environment are kept, so a driver upgrade under
   an unchanged key is followed.
 
+A learned offset has its own spread (runs of one stack differ by tens of MiB): bounds
+add `margin_mib`, a robust multiple of how far the deciding residuals scatter.
+
 Use (e.g. a leave-one-environment-out benchmark):
 
     offsets = FixedCostOffsets()
@@ -52,6 +55,11 @@ LOWEST_OFFSET_MIB = -512.0
 # stacks of `../shared/data` sat ~1.0-1.6 GiB above the lazy defaults. Twice the
 # largest of these bounds what a learned offset may add.
 HIGHEST_OFFSET_MIB = 4096.0
+# A learned offset's margin: twice the residuals' robust standard deviation, 1.4826 x
+# their median absolute deviation (the normal-consistent scale, Rousseeuw & Croux
+# 1993; one run cannot inflate it): ~98% one-sided under normal noise.
+MARGIN_SIGMAS = 2.0
+MAD_TO_SIGMA = 1.4826
 
 
 def environment_key(gpu_model: str, driver_version: str | None) -> str:
@@ -83,15 +91,33 @@ class FixedCostOffsets:
     def count(self, key: str) -> int:
         return len(self.residuals.get(key, ()))
 
+    def _deciding(self, key: str) -> list[float]:
+        """The residuals an offset is taken from: those of the runs with the smaller
+        model-dependent terms, once there are MIN_OBSERVATIONS runs (else none)."""
+        runs = self.residuals.get(key, [])
+        if len(runs) < MIN_OBSERVATIONS:
+            return []
+        cut = median(run.model_mib for run in runs)
+        return [run.residual_mib for run in runs if run.model_mib <= cut]
+
     def offset_mib(self, key: str) -> float:
         """The learned offset of `key`: 0.0 until MIN_OBSERVATIONS runs, then the
         clipped median residual of the runs with the smaller model-dependent terms."""
-        runs = self.residuals.get(key, [])
-        if len(runs) < MIN_OBSERVATIONS:
+        deciding = self._deciding(key)
+        if not deciding:
             return 0.0
-        cut = median(run.model_mib for run in runs)
-        smaller = [run.residual_mib for run in runs if run.model_mib <= cut]
-        return min(HIGHEST_OFFSET_MIB, max(LOWEST_OFFSET_MIB, median(smaller)))
+        return min(HIGHEST_OFFSET_MIB, max(LOWEST_OFFSET_MIB, median(deciding)))
+
+    def margin_mib(self, key: str) -> float:
+        """How far above the offset a run of `key` may still go, for bounds: 0.0
+        until learned, then MARGIN_SIGMAS robust standard deviations of the deciding
+        residuals (at most HIGHEST_OFFSET_MIB)."""
+        deciding = self._deciding(key)
+        if not deciding:
+            return 0.0
+        centre = median(deciding)
+        spread = MAD_TO_SIGMA * median(abs(r - centre) for r in deciding)
+        return min(HIGHEST_OFFSET_MIB, MARGIN_SIGMAS * spread)
 
     def offsets(self) -> dict[str, float]:
         """Every environment's offset, learned or not (0.0), by key."""
@@ -101,6 +127,10 @@ class FixedCostOffsets:
         """The largest offset among `keys` (0.0 for none): a GPU model run under
         several drivers is charged the most expensive of them."""
         return max((self.offset_mib(key) for key in keys), default=0.0)
+
+    def largest_margin(self, keys: Iterable[str]) -> float:
+        """The largest margin among `keys` (0.0 for none)."""
+        return max((self.margin_mib(key) for key in keys), default=0.0)
 
     def active(self) -> dict[str, float]:
         """The environments whose offset is in force (enough runs), by key."""

@@ -119,6 +119,7 @@ class FixedCostOffsetRead(BaseModel):
     driver_version: str | None
     observations: int  # successful training runs taken in
     offset_mib: float  # added to the default fixed cost of every process there
+    margin_mib: float  # added to bounds there: the offset's own spread
     in_force: bool  # enough runs to be used (estimator.offsets.MIN_OBSERVATIONS)
     updated_at: datetime
 
@@ -178,6 +179,7 @@ def _estimator_read(
                 driver_version=o.driver_version,
                 observations=o.observations,
                 offset_mib=round(estimator.offsets.offset_mib(o.environment), 1),
+                margin_mib=round(estimator.offsets.margin_mib(o.environment), 1),
                 in_force=estimator.offsets.count(o.environment) >= MIN_OBSERVATIONS,
                 updated_at=o.updated_at,
             )

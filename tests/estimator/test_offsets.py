@@ -62,3 +62,19 @@ def test_round_trip_and_keys() -> None:
     assert offsets.largest([key, environment_key("NVIDIA A100-SXM4-40GB", None)]) == 702.0
     with pytest.raises(ValueError):
         copy.load(key, {"not": "a list"})
+
+
+def test_the_margin_follows_the_spread_of_the_deciding_runs() -> None:
+    steady = FixedCostOffsets()
+    for _ in range(MIN_OBSERVATIONS):
+        steady.observe("a", 800.0, 10.0)
+    assert steady.margin_mib("a") == 0.0
+    noisy = FixedCostOffsets()
+    for residual in (760.0, 780.0, 800.0, 820.0, 840.0):
+        noisy.observe("a", residual, 10.0)
+    margin = noisy.margin_mib("a")
+    assert 40.0 < margin < 100.0  # 2 x 1.4826 x MAD (20 MiB)
+    noisy.observe("a", 30_000.0, 10.0)  # one leaking job cannot widen every bound
+    assert noisy.margin_mib("a") < 2 * margin
+    assert FixedCostOffsets().margin_mib("a") == 0.0
+    assert noisy.largest_margin(["a", "b"]) == noisy.margin_mib("a")

@@ -319,8 +319,8 @@ const estimator = {
           { xLabel: "estimated peak", yLabel: "observed peak (red: above the bound)" })))),
         h("h2", {}, "Fixed cost per process, learned per GPU model and driver"),
         h("p", { class: "muted" }, `Estimates now carry version ${e.model_version}. An offset is added to the default fixed cost (CUDA context, cuBLAS workspaces, NCCL) of every process in its environment once enough successful runs were seen.`),
-        table(["environment", "runs", "offset (MiB)", "in force", "updated"], e.fixed_cost_offsets.map((o) => h("tr", {}, td(o.environment), num(o.observations),
-          num(o.offset_mib.toFixed(0)), td(o.in_force ? "yes" : "not yet"), td(when(o.updated_at)))), { id: "fixed-cost-offsets" }),
+        table(["environment", "runs", "offset (MiB)", "bound margin (MiB)", "in force", "updated"], e.fixed_cost_offsets.map((o) => h("tr", {}, td(o.environment), num(o.observations),
+          num(o.offset_mib.toFixed(0)), num(o.margin_mib.toFixed(0)), td(o.in_force ? "yes" : "not yet"), td(when(o.updated_at)))), { id: "fixed-cost-offsets" }),
         h("h2", {}, "Calibration versions"),
         table(["version", "active", "trained on peaks", "created"], e.versions.map((v) => h("tr", {}, td(v.version), td(v.active ? "yes" : ""), num(v.observations), td(when(v.created_at))))));
     };
