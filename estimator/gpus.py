@@ -132,9 +132,12 @@ def same_gpu_model(a: str, b: str) -> bool:
     return _key(a) == _key(b)
 
 
-# What an unknown GPU is taken to be when nothing was reported about it: Ampere's
-# compute capability (the oldest architecture current PyTorch wheels treat as
-# mainstream) and 24 GiB, the commonest capacity of current workstation cards.
+# What an unknown GPU is taken to be when nothing was reported about it. Compute
+# capability 8.0 (Ampere) selects the pre-Hopper fixed costs of `context.py`; a newer
+# GPU needs ~200 MiB more (Hopper's context and cuBLAS workspaces), which its
+# environment's learned offset takes up. 24 GiB (a 3090/4090/A10-class card) only
+# labels the description: no estimate term depends on it except cuBLASLt's workspace
+# (4 MiB instead of 1 MiB on 8.x cards of 24 GiB or more).
 GENERIC_COMPUTE_CAPABILITY = (8, 0)
 GENERIC_MEMORY_MIB = 24576
 
