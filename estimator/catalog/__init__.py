@@ -122,14 +122,16 @@ def entries() -> dict[str, dict[str, CatalogEntry]]:
 
 
 def _find(source: Source, key: str) -> CatalogEntry | None:
-    key = source.aliases.get(key, key)
-    if key in source.by_name:
-        return source.by_name[key]
-    arch, dot, tag = key.partition(".")  # a timm pretrained tag: `arch.tag`
-    if not dot or tag not in source.tags.get(arch, frozenset()):
+    target = source.aliases.get(key, key)
+    if target in source.by_name:
+        return source.by_name[target]
+    arch, dot, tag = target.partition(".")  # a timm pretrained tag: `arch.tag`
+    # a deprecated alias names its architecture even where timm has renamed the tag since
+    aliased = target != key and arch in source.by_name
+    if not dot or not (aliased or tag in source.tags.get(arch, frozenset())):
         return None
     entry = source.by_name[arch]
-    classes = source.tag_classes.get(key, entry.num_classes)
+    classes = source.tag_classes.get(target, entry.num_classes)
     if classes == entry.num_classes:
         return entry
     head = (classes - entry.num_classes) * (entry.head_features + 1)  # weights and biases

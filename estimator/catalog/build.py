@@ -111,7 +111,8 @@ def timm_head(name: str, model: torch.nn.Module | None = None) -> dict[str, int]
     import timm
 
     model = model or on_meta(lambda: timm.create_model(name, pretrained=False))
-    head = model.get_classifier()
+    classifier = getattr(model, "get_classifier", None)  # image encoders have none
+    head = classifier() if classifier else None
     return {
         "num_classes": int(getattr(model, "num_classes", 0) or 0),
         "head_features": int(head.in_features) if isinstance(head, torch.nn.Linear) else 0,
