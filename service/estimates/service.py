@@ -221,12 +221,21 @@ def learn_offsets(session: Session, estimator: Estimator) -> FixedCostOffsets:
         .join(Attempt, Observation.attempt_id == Attempt.id)
         .join(Job, Attempt.job_id == Job.id)
         .join(Gpu, Observation.gpu_id == Gpu.id)
-        .where(Observation.id > through, Attempt.state == "succeeded")
+        .where(
+            Observation.id > through,
+            Attempt.state == "succeeded",
+            # an offset moves every owner's reservations: only peaks an admin vouches for
+            Observation.credible.is_(True),
+            Observation.trusted.is_(True),
+        )
         .order_by(Observation.id)
     ).all()
     now = utcnow()
     for observation, job, gpu in new:
-        spec = training_spec(job)
+        try:
+            spec = training_spec(job)
+        except ValueError:  # a spec stored before it could be refused
+            continue
         if spec is None:
             continue
         described = describe_gpu(gpu)

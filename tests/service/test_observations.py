@@ -159,3 +159,16 @@ def test_no_estimate_is_negative(database_url: str, client: TestClient) -> None:
                 breakdown_mib={},
             )
         )
+
+
+def test_one_users_runs_do_not_move_the_clusters_fixed_cost(
+    client: TestClient, users: dict[str, dict[str, str]]
+) -> None:
+    node = register_node(client, "n1", [(T4, 15360)])
+    before = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
+    for _ in range(6):  # more than an offset needs to be learned (estimator/offsets.py)
+        low = submit_as(client, users["alice"], training=GOOD_TRAINING)
+        cycle(client)
+        beat(client, node, [exited(low["id"], peak=before["peak_mib"] - 400, ran_s=600)])
+    after = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
+    assert after["peak_mib"] == before["peak_mib"] and after["upper_mib"] == before["upper_mib"]
