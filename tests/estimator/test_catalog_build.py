@@ -41,7 +41,7 @@ def test_timm_entries_rebuild_exactly(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["google-bert/bert-base-cased", "meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1",
+    ["bert-base-cased", "meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1",
      "google/flan-t5-small", "openai/whisper-tiny", "google/vit-base-patch16-224"],
 )  # fmt: skip
 def test_hf_entries_rebuild_from_their_config(name: str) -> None:
