@@ -37,6 +37,8 @@ def upgrade() -> None:
         "UPDATE observations SET doubt = 'recorded before observations were checked "
         "for credibility'"
     )
+    for column in ("peak_mib", "upper_mib"):  # negative ones were stored before this
+        op.execute(f"UPDATE job_estimates SET {column} = 0 WHERE {column} < 0")
     with op.batch_alter_table("job_estimates", schema=None) as batch_op:
         for column in ("peak_mib", "upper_mib"):
             batch_op.create_check_constraint(
