@@ -275,6 +275,16 @@ def fail_unschedulable(*, session: Session, job: Job, problem: str) -> None:
     record(session=session, kind="job.failed", job_id=job.id, message=job.reason)
 
 
+def hold_unschedulable(*, session: Session, job: Job, problem: str) -> None:
+    """Keep a waiting job the scheduler met an unexpected error on waiting, saying why
+    (an event when the reason changes, not every cycle)."""
+    reason = f"waiting: the scheduler cannot handle it now ({problem.replace(chr(0), '')})"
+    reason = reason[:PROBLEM_MAX_CHARS]
+    if job.reason != reason:
+        job.reason = reason
+        record(session=session, kind="job.unschedulable", job_id=job.id, message=reason)
+
+
 def training_spec(job: Job) -> TrainingSpec | None:
     raw = job.spec.get("training")
     return TrainingSpec.model_validate(raw) if raw else None

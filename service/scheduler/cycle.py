@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from pydantic import ValidationError
 from sqlalchemy import select, text
 from sqlalchemy.exc import InterfaceError, OperationalError
 from sqlalchemy.orm import Session, selectinload, sessionmaker
@@ -90,9 +91,10 @@ def _pending_views(
     gpus: list[Gpu],
     headroom: int,
 ) -> list[PendingJob]:
-    """The waiting jobs as placement sees them. A job that cannot be seen so (a spec
-    stored before it could be refused, an estimate that fails) fails alone, with the
-    reason: one job never stops the cycle for the others."""
+    """The waiting jobs as placement sees them; one job never stops the cycle for the
+    others. A job whose spec is bad (stored before it could be refused) fails alone,
+    with the reason; one that meets an unexpected error (a fault of the server's, which
+    a fix or a restart may cure) waits, with the reason, and is left out of this cycle."""
     models = sorted({g.model for g in gpus})
     room = room_by_model(((g.model, g.memory_total_mib) for g in gpus), headroom)
     views = []
@@ -103,10 +105,11 @@ def _pending_views(
             views.append(_pending_view(job, room))
         except (OperationalError, InterfaceError):
             raise  # the database, not the job: the cycle is retried
+        except (ApiError, ValidationError) as exc:  # the spec's fault, for good
+            jobs.fail_unschedulable(session=session, job=job, problem=str(exc))
         except Exception as exc:
-            if not isinstance(exc, ApiError):
-                log.exception("job %d cannot be scheduled", job.id)
-            jobs.fail_unschedulable(session=session, job=job, problem=str(exc) or repr(exc))
+            jobs.hold_unschedulable(session=session, job=job, problem=repr(exc))
+            log.exception("job %d left out of the cycle", job.id)
     return views
 
 
@@ -195,7 +198,8 @@ def read_snapshot(
         running=tuple(_running(attempt) for attempt in active),
         now=utcnow(),
     )
-    return snapshot, {job.id: job for job in pending if job.state == "pending"}, gpus
+    placeable = {view.id for view in views}
+    return snapshot, {job.id: job for job in pending if job.id in placeable}, gpus
 
 
 def run_cycle(session: Session, scheduler: Scheduler, estimator: Estimator | None = None) -> Plan:
@@ -223,7 +227,7 @@ def explain_job(
     session: Session, scheduler: Scheduler, job_id: int, estimator: Estimator | None = None
 ) -> Explanation:
     snapshot, pending, _gpus = read_snapshot(session, scheduler.config.headroom_mib, estimator)
-    if job_id not in pending:  # it failed while its estimates were made
+    if job_id not in pending:  # it failed, or was left out, as its estimates were made
         job = jobs.get(session=session, job_id=job_id)
         return Explanation(job_id, job.reason or job.state, ())
     return explain(scheduler, snapshot, job_id)

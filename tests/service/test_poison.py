@@ -12,6 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import event, select
 
+from estimator.estimate import Estimator
+from estimator.spec import TrainingSpec
 from service.db import transaction, utcnow
 from service.jobs.models import Attempt, Job, Observation
 from service.nodes.models import Gpu
@@ -254,3 +256,32 @@ def test_a_node_registering_during_a_cycle_is_seen_whole_or_not_at_all(
     finally:
         event.remove(engine, "after_cursor_execute", register_meanwhile)
     assert registered and job_of(client, job["id"])["state"] == "placed"
+
+
+def test_a_job_the_server_errs_on_waits_and_the_others_run(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    unlucky = {**GOOD_TRAINING, "batch_size": 7}
+    held = submit(client, training=unlucky)  # estimated fine while no node is there
+    good = submit(client, training=GOOD_TRAINING)
+    real = Estimator.estimate
+
+    def flaky(self: Estimator, spec: TrainingSpec, *args: Any, **kwargs: Any) -> Any:
+        if spec.batch_size == 7:
+            raise RuntimeError("a fault of the server's")
+        return real(self, spec, *args, **kwargs)
+
+    monkeypatch.setattr(Estimator, "estimate", flaky)
+    register_node(client, "n1", [("Tesla T4", 15360)])
+    cycle(client)
+    cycle(client)
+    waiting = job_of(client, held["id"])
+    assert waiting["state"] == "pending" and "a fault of the server's" in waiting["reason"]
+    assert job_of(client, good["id"])["state"] == "placed"
+    explained = client.get(f"/v1/jobs/{held['id']}/explain").json()
+    assert "cannot handle it now" in explained["summary"]
+    events = client.get("/v1/admin/events", params={"kind": "job.unschedulable"}).json()
+    assert len(events["events"]) == 1  # not one per cycle
+    monkeypatch.setattr(Estimator, "estimate", real)  # fixed: it runs
+    cycle(client)
+    assert job_of(client, held["id"])["state"] == "placed"
