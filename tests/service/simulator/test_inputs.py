@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from estimator.analytical.context import fixed_cost
 from estimator.estimate import Estimator
+from estimator.gpus import find_gpu_model
 from estimator.learned import measurements
 from service.simulator import cluster, traces, workload
 from service.simulator.policies import (
@@ -132,14 +134,15 @@ def test_colloc_answers_as_its_estimator_and_learns_from_observed_peaks() -> Non
         expected = {m: estimator.estimate(job.spec, m).upper_mib for m in models}
         assert colloc.demand(job, models).upper_mib == expected
     colloc.observe(first, "Tesla T4", 5000)
-    # history + 10%; on the A100 with its 1,400 MiB of CUDA context for the T4's 2,000
+    # history + 10%; on the A100 with its fixed cost (context, workspaces) for the T4's
+    t4, a100 = (fixed_cost(find_gpu_model(m), communicates=False).total for m in models)
     assert colloc.demand(first, models).upper_mib == {
         "Tesla T4": 5500,
-        "NVIDIA A100-SXM4-40GB": math.ceil((5000 - 600) * 1.1),
+        "NVIDIA A100-SXM4-40GB": math.ceil((5000 - t4 + a100) * 1.1),
     }
     assert colloc.demand(first, models).proven_mib == {
         "Tesla T4": 5000,
-        "NVIDIA A100-SXM4-40GB": 5000 - 600,
+        "NVIDIA A100-SXM4-40GB": round(5000 - t4 + a100),
     }
     # an OOM of another spec of the architecture widens the bound the next one gets
     bigger = replace(first, spec=first.spec.model_copy(update={"batch_size": 512}))
