@@ -21,7 +21,7 @@ from pathlib import Path
 
 from agent import proctree
 from agent.accounts import JobAccount
-from agent.dirs import attempt_workdir
+from agent.dirs import UnsafeDirectory, attempt_workdir
 from agent.job import JobProcess, RunStore, now
 from agent.outcome import classify, stderr_tail
 from agent.shim import write_json
@@ -67,7 +67,7 @@ def launch(
     }
     try:
         cwd = workdir or str(attempt_workdir(work_root, job.run_dir.name, account))
-    except OSError as exc:
+    except (OSError, UnsafeDirectory) as exc:
         fail_at_start(job, f"cannot make the job's working directory: {exc}")
         store.save(job)
         return

@@ -47,8 +47,8 @@ def _start(spec: dict[str, Any]) -> subprocess.Popen[bytes]:
             "group": account["gid"],
             "extra_groups": account["groups"],
         }
-    if not os.path.isdir(workdir):
-        raise OSError(f"no working directory {workdir!r}")
+    # no check of the directory here, as root: it would tell a job's owner which paths
+    # exist in directories the account may not read
     try:
         return subprocess.Popen(
             spec["command"],
@@ -58,7 +58,10 @@ def _start(spec: dict[str, Any]) -> subprocess.Popen[bytes]:
             **identity,
         )
     except subprocess.SubprocessError as exc:  # raised when the preexec_fn failed
-        raise OSError(f"account {account['name']} cannot enter {workdir!r}") from exc
+        raise OSError(
+            f"account {account['name']} cannot enter {workdir!r} "
+            "(no such directory, or not one the account may enter)"
+        ) from exc
 
 
 def supervise(run_dir: Path) -> int:

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from agent import accounts
+from agent import accounts, dirs
 from agent.accounts import Identity
 from agent.backends.simulated import SimulatedBackend
 from agent.cluster import parse_cluster
 from agent.daemon import Agent, AgentConfig
+from agent.dirs import UnsafeDirectory, own_dir
 from tests.agent.test_daemon import FakeServer, step_until
 from tests.agent.unix_accounts import Account, needs_root, open_directory, unix_account
 
@@ -150,3 +151,58 @@ def test_an_agent_that_is_not_root_runs_jobs_as_itself(
     job = identity.resolve(None)
     assert (job.uid, job.switch) == (4321, False)
     assert job.environment()["PATH"] == os.environ["PATH"]
+
+
+@needs_root
+def test_directories_under_a_parent_other_accounts_can_change_are_refused(
+    root: Path, account: Account
+) -> None:
+    """A user who made the agent's parent directory first could swap the agent's tree
+    for links later; a world-writable one without the sticky bit lets anyone do so."""
+    theirs = root / "made-by-a-user"
+    theirs.mkdir()
+    os.chown(theirs, account.uid, account.gid)
+    with pytest.raises(UnsafeDirectory, match="which other accounts can change"):
+        own_dir(theirs / "node", dirs.PRIVATE)
+    shared = root / "world-writable"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(UnsafeDirectory, match="which other accounts can change"):
+        own_dir(shared / "node", dirs.PRIVATE)
+    link = root / "a-users-link"
+    link.symlink_to(root)
+    os.chown(link, account.uid, account.gid, follow_symlinks=False)
+    with pytest.raises(UnsafeDirectory, match="which other accounts can change"):
+        own_dir(link / "node", dirs.PRIVATE)
+    shared.chmod(0o1777)  # sticky, as /tmp: only an entry's owner may rename it
+    assert own_dir(shared / "node", dirs.PRIVATE).is_dir()
+
+
+@needs_root
+def test_a_link_in_place_of_an_attempts_directory_is_not_followed(
+    root: Path, account: Account
+) -> None:
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    work = own_dir(root / "work", dirs.TRAVERSE_ONLY)
+    (work / "job-1-attempt-1").symlink_to(elsewhere)
+    job = Identity("owner").resolve(account.name)
+    with pytest.raises(UnsafeDirectory, match="not a directory"):
+        dirs.attempt_workdir(work, "job-1-attempt-1", job)
+    assert elsewhere.stat().st_uid == 0  # not handed to the job's account
+
+
+@needs_root
+def test_a_refused_workdir_does_not_tell_whether_it_exists(root: Path, account: Account) -> None:
+    """The supervisor is root: a check of the path before switching would answer which
+    paths exist inside directories the account cannot read."""
+    hidden = root / "roots-own"
+    (hidden / "project").mkdir(parents=True)
+    hidden.chmod(0o700)
+    server = FakeServer()
+    agent = _agent(root, server, Identity("owner"))
+    reasons = []
+    for name in ("project", "no-such-project"):
+        _run(agent, server, account.name, ["/bin/true"], workdir=str(hidden / name))
+        reasons.append(server.reports[-1]["reason"].replace(name, "X"))
+    assert reasons[0] == reasons[1]
