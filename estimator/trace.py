@@ -155,7 +155,7 @@ def trace(target: str, input_shape: tuple[int, ...] | None = None) -> LayerSumma
         total, largest, output = saved_activation_elements(model, *args, **kwargs)
         loss = _loss(output)
         if loss is not None:
-            loss.backward()  # the step's backward: fails here if the model cannot train
+            torch.autograd.backward(loss)  # the step's backward: fails if it cannot train
     except TraceError:
         raise
     except Exception as exc:

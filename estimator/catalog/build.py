@@ -101,7 +101,8 @@ def timm_entry(name: str) -> dict[str, Any]:
     import timm
 
     model = on_meta(lambda: timm.create_model(name, pretrained=False))
-    size = int(model.pretrained_cfg.get("input_size", (3, 224, 224))[-1])
+    pretrained: dict[str, Any] = getattr(model, "pretrained_cfg", {})
+    size = int(pretrained.get("input_size", (3, 224, 224))[-1])
     return measured(name, lambda s: build_timm(name, s), images, size) | timm_head(name, model)
 
 
@@ -127,7 +128,7 @@ def timm_names_and_tags(built: dict[str, dict[str, Any]]) -> dict[str, Any]:
     aliases = {
         old: new
         for old, new in sorted(_registry.get_deprecated_models().items())
-        if new.partition(".")[0] in built
+        if new and new.partition(".")[0] in built
     }
     tags: dict[str, str] = {}
     tag_classes: dict[str, int] = {}
