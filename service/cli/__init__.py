@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from importlib.metadata import version
@@ -45,4 +46,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         status = exc.status
     except KeyboardInterrupt:
         status = 130
+    except BrokenPipeError:
+        # the reader went away (`colloc jobs --watch | head`): stop quietly, as cat(1)
+        # does; stdout goes to /dev/null so that Python's flush at exit cannot fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        status = 141  # how a shell reports a process that SIGPIPE ended (128 + 13)
     sys.exit(status)

@@ -23,6 +23,7 @@ from service.cli.output import (
     print_json,
     watching,
 )
+from service.deps import MAX_ID
 from service.jobs.models import FINAL_JOB_STATES
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
@@ -165,8 +166,12 @@ def _print_explanation(explanation: dict[str, Any]) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
+    state = ""
+
     def render() -> int:
+        nonlocal state
         job = request(args, "GET", f"/v1/jobs/{args.id}")
+        state = job["state"]
         explanation = request(args, "GET", f"/v1/jobs/{args.id}/explain") if args.explain else None
         if args.output == "json":
             print_json({**job, "explain": explanation} if explanation else job)
@@ -178,7 +183,7 @@ def run_show(args: argparse.Namespace) -> int:
                 _print_explanation(explanation)
         return 0
 
-    return watching(args, render)
+    return watching(args, render, ended=lambda: state in FINAL_JOB_STATES)
 
 
 ENDED_ATTEMPT_STATES = {*FINAL_JOB_STATES, "preempted"}
@@ -242,7 +247,10 @@ def run_cancel(args: argparse.Namespace) -> int:
         try:
             job = request(args, "POST", f"/v1/jobs/{job_id}/cancel")
         except CliError as exc:
-            print(f"colloc: error: job {job_id}: {exc}", file=sys.stderr)
+            message = str(exc)  # the API's own messages name the job already
+            if not message.startswith(f"job {job_id} "):
+                message = f"job {job_id}: {message}"
+            print(f"colloc: error: {message}", file=sys.stderr)
             failures += 1
             continue
         cancelled.append(job)
@@ -273,8 +281,8 @@ def connection_options() -> argparse.ArgumentParser:
 
 
 def job_id(text: str) -> int:
-    """A job ID argument: a positive integer."""
-    if not text.isdigit() or int(text) < 1:
+    """A job ID argument: a positive integer the API can hold."""
+    if not text.isdecimal() or not 1 <= int(text) <= MAX_ID:
         raise argparse.ArgumentTypeError(f"{text!r} is not a job ID (a positive number)")
     return int(text)
 

@@ -43,9 +43,12 @@ def add_watch_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def watching(args: argparse.Namespace, render: Callable[[], int]) -> int:
+def watching(
+    args: argparse.Namespace, render: Callable[[], int], ended: Callable[[], bool] = lambda: False
+) -> int:
     """`render` once, or under --watch again every interval (screen cleared on a terminal,
-    frames one after another otherwise) until Ctrl-C."""
+    frames one after another otherwise) until Ctrl-C, or until `ended` says that what is
+    watched can change no more (a finished job)."""
     if not args.watch:
         return render()
     if args.interval <= 0:
@@ -55,6 +58,8 @@ def watching(args: argparse.Namespace, render: Callable[[], int]) -> int:
             if sys.stdout.isatty():
                 sys.stdout.write("\x1b[H\x1b[2J")
             render()
+            if ended():
+                return 0
             if args.output == "table":
                 print(f"\n{datetime.now():%H:%M:%S}, every {args.interval:g} s; Ctrl-C stops")
             sys.stdout.flush()

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from service.cli import build_parser, completion
+from service.cli import client as cli_client
 from service.cli.client import NO_TOKEN, _error_message, load_job_file
 from service.cli.errors import CliError
 from service.cli.output import age, gib, short_gpu
@@ -130,3 +133,65 @@ def test_jobs_filter_by_several_states(client: TestClient) -> None:
     only = client.get("/v1/jobs", params={"state": ["cancelled"]}).json()
     assert [j["id"] for j in only["jobs"]] == [cancelled]
     assert client.get("/v1/jobs", params={"state": ["pending", "asleep"]}).status_code == 422
+
+
+def _answers(*jobs: dict[str, Any]) -> Callable[..., Any]:
+    """A stand-in for the API that answers `jobs` in turn, and fails if asked again."""
+    left = list(jobs)
+
+    def request(_args: argparse.Namespace, _method: str, _path: str, **_kwargs: Any) -> Any:
+        assert left, "asked the API again after the job had ended"
+        return left.pop(0)
+
+    return request
+
+
+def test_show_watch_ends_once_the_job_has_ended(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        cli_client, "request", _answers({"id": 7, "state": "running"}, {"id": 7, "state": "oom"})
+    )
+    args = argparse.Namespace(id=7, explain=False, output="name", watch=True, interval=0.01)
+    assert cli_client.run_show(args) == 0
+    assert capsys.readouterr().out == "7\n7\n"
+
+
+def test_cancel_names_each_job_once_in_its_errors(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refuse(_args: argparse.Namespace, _method: str, path: str, **_kwargs: Any) -> Any:
+        if "/5/" in path:
+            raise CliError("job 5 does not exist (HTTP 404)")
+        raise CliError("cannot reach Colloc at http://x: refused")
+
+    monkeypatch.setattr(cli_client, "request", refuse)
+    assert cli_client.run_cancel(argparse.Namespace(ids=[5, 6], output="table")) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "colloc: error: job 5 does not exist (HTTP 404)",
+        "colloc: error: job 6: cannot reach Colloc at http://x: refused",
+    ]
+
+
+def test_a_job_id_beyond_what_the_api_holds_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["show", "99999999999"])
+    assert exit_.value.code == 2
+    assert "'99999999999' is not a job ID" in capsys.readouterr().err
+
+
+def test_a_reader_that_goes_away_ends_the_command_without_a_traceback() -> None:
+    """`colloc ... | head`: the pipe closes before the command has written."""
+    read, write = os.pipe()
+    os.close(read)
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "completion", "bash"],
+        stdout=write,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
+    os.close(write)
+    assert result.stderr == "" and result.returncode == 141
