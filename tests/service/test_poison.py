@@ -285,3 +285,43 @@ def test_a_job_the_server_errs_on_waits_and_the_others_run(
     monkeypatch.setattr(Estimator, "estimate", real)  # fixed: it runs
     cycle(client)
     assert job_of(client, held["id"])["state"] == "placed"
+
+
+ODD_SPECS: dict[str, dict[str, Any]] = {  # valid or not, never a 5xx nor a stuck cycle
+    "largest transformer": {
+        "model": {
+            "transformer": {"layers": 1024, "hidden": 131072, "heads": 4096, "vocab": 4194304}
+        },
+        "batch_size": 1048576,
+        "seq_len": 16777216,
+    },
+    "largest summary": {
+        "model": {"summary": {"params": 10**13, "activations_per_sample": 10**13}},
+        "batch_size": 1048576,
+        "image_size": 32768,
+    },
+    "NUL in an hf_config string": {
+        "model": {"hf_config": {**HF, "model_type": "llama\x00"}},
+        "batch_size": 1,
+        "seq_len": 8,
+    },
+    "NUL in an hf_config key": {
+        "model": {"hf_config": {**HF, "a\x00b": 1}},
+        "batch_size": 1,
+        "seq_len": 8,
+    },
+    "NUL in a catalog name": {"model": {"catalog": "resnet\x0050"}, "batch_size": 1},
+}
+
+
+def test_odd_specs_answer_4xx_or_run_and_never_stop_the_cycle(client: TestClient) -> None:
+    for nodes in (False, True):
+        if nodes:  # room for the valid ones and one more
+            register_node(client, "n1", [("Tesla T4", 15360), ("Tesla T4", 15360)])
+        for case, training in ODD_SPECS.items():
+            body = {"name": "o", "command": ["true"], "training": training}
+            status = client.post("/v1/jobs", json=body).status_code
+            assert status in (201, 422), (case, nodes, status)
+    good = submit(client, memory_mib=1000)
+    cycle(client)
+    assert job_of(client, good["id"])["state"] == "placed"
