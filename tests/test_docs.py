@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from agent import accounts
 from service.cli import job_reference
 
 
@@ -27,3 +28,18 @@ def test_every_relative_link_in_the_docs_leads_to_a_file(repo_root: Path) -> Non
     for page in pages:
         for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
             assert (page.parent / target).exists(), f"{page.name} links to missing {target}"
+
+
+def test_the_job_file_page_names_the_whole_environment_a_job_gets() -> None:
+    """What the agent gives a job besides its `env` (tests/agent/test_accounts.py checks
+    the agent against the same names) is what the page tells users."""
+    account = accounts.JobAccount("ana", 1000, 1000, (1000,), "/home/ana", "/bin/sh", "", True)
+    described = job_reference.DESCRIPTIONS["JobCreate"]["env"]
+    for variable in [*account.environment(), "CUDA_VISIBLE_DEVICES", "COLLOC_JOB_ID"]:
+        assert f"`{variable}`" in described
+    assert "fresh directory" in job_reference.DESCRIPTIONS["JobCreate"]["workdir"]
+
+
+def test_the_design_page_shows_no_token_on_a_command_line(repo_root: Path) -> None:
+    design = (repo_root / "docs" / "DESIGN.md").read_text()
+    assert "--token T" not in design and "--token-file FILE" in design

@@ -52,8 +52,13 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "memory_mib": "memory claim per GPU in MiB; none: the bound estimated from `training`",
         "max_attempts": "tries before it fails for good (OOM and lost attempts are retried); "
         "none: `COLLOC_DEFAULT_MAX_ATTEMPTS`",
-        "env": "environment variables set for the command",
-        "workdir": "directory the command starts in (on the node)",
+        "env": "environment variables set for the command; its whole environment is these, "
+        "its account's login variables (`HOME`, `USER`, `LOGNAME`, `SHELL`, `PATH`) and "
+        "Colloc's (`CUDA_VISIBLE_DEVICES`, `COLLOC_JOB_ID`, `COLLOC_ATTEMPT`): nothing of "
+        "the submitting shell or the agent",
+        "workdir": "directory on the node the command starts in, entered as the job's "
+        "account (one it may not enter fails the job); none: a fresh directory of the "
+        "attempt's own (the agent's `work_dir/job-J-attempt-A`, mode 0700)",
         "training": "the training run, for the estimator; needed when `memory_mib` is absent",
         "preemptible": "may be stopped and requeued for higher-priority jobs (with preemption on)",
     },
