@@ -72,6 +72,20 @@ def print_json(value: Any) -> None:
     print(json.dumps(value))
 
 
+def print_listing(
+    output: str, answer: Any, names: Sequence[object], table: Callable[[bool], None]
+) -> None:
+    """A listing as `-o` asks: the API's answer as JSON, one name a line, or
+    `table(wide)`."""
+    if output == "json":
+        print_json(answer)
+    elif output == "name":
+        for name in names:
+            print(name)
+    else:
+        table(output == "wide")
+
+
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:

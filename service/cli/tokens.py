@@ -8,11 +8,11 @@ comes to be (`colloc up` makes one for its data directory itself).
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from typing import Any
 
 from service.auth import accounts, tokens
 from service.cli.errors import CliError
+from service.cli.output import print_table
 from service.cli.server import settings_for
 from service.db import make_engine, make_sessionmaker, transaction, upgrade
 from service.deps import MAX_ID
@@ -50,7 +50,7 @@ def run_list(args: argparse.Namespace) -> int:
             )
             for t in tokens.list_tokens(session)
         ]
-    _table(("ID", "NAME", "ROLE", "TOKEN", "CREATED", "REVOKED"), rows)
+    print_table(("ID", "NAME", "ROLE", "TOKEN", "CREATED", "REVOKED"), rows)
     return 0
 
 
@@ -64,12 +64,6 @@ def run_revoke(args: argparse.Namespace) -> int:
     except ApiError as exc:
         raise CliError(exc.message, 2) from exc
     return 0
-
-
-def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
 
 
 def run_account_set(args: argparse.Namespace) -> int:
@@ -98,7 +92,7 @@ def run_account_list(args: argparse.Namespace) -> int:
             (m.name, m.account, m.updated_at.strftime("%Y-%m-%d %H:%M"))
             for m in accounts.list_accounts(session)
         ]
-    _table(("NAME", "ACCOUNT", "SET"), rows)
+    print_table(("NAME", "ACCOUNT", "SET"), rows)
     return 0
 
 

@@ -15,7 +15,7 @@ from service.cli.output import (
     age,
     clip,
     gib,
-    print_json,
+    print_listing,
     print_table,
     short_gpu,
     watching,
@@ -88,19 +88,16 @@ def run_jobs(args: argparse.Namespace) -> int:
     def render() -> int:
         listing = request(args, "GET", "/v1/jobs", params=params)
         jobs = listing["jobs"]
-        if args.output == "json":
-            print_json(listing)
-        elif args.output == "name":
-            for job in jobs:
-                print(job["id"])
-        else:
-            wide = args.output == "wide"
+
+        def table(wide: bool) -> None:
             header = JOB_HEADER + (WIDE_HEADER if wide else ["REASON"])
             print_table(header, [_job_row(job, wide) for job in jobs])
             if listing["total"] > len(jobs):
                 print(f"showing {len(jobs)} of {listing['total']} jobs (--limit N shows more)")
             elif not jobs:
                 print("no jobs match")
+
+        print_listing(args.output, listing, [job["id"] for job in jobs], table)
         return 0
 
     return watching(args, render)
@@ -144,19 +141,16 @@ def run_nodes(args: argparse.Namespace) -> int:
                 raise CliError(f"colloc nodes needs an admin token: {exc}") from exc
             raise
         nodes = cluster["nodes"]
-        if args.output == "json":
-            print_json(cluster)
-        elif args.output == "name":
-            for node in nodes:
-                print(node["name"])
-        else:
-            wide = args.output == "wide"
+
+        def table(wide: bool) -> None:
             print_table(
                 NODE_HEADER + (NODE_WIDE_HEADER if wide else []),
                 [_node_row(node, wide) for node in nodes],
             )
             if not nodes:
                 print("no nodes have registered")
+
+        print_listing(args.output, cluster, [node["name"] for node in nodes], table)
         return 0
 
     return watching(args, render)
