@@ -113,6 +113,9 @@ def canonical_gpu_name(name: str, known: list[str] | tuple[str, ...] = ()) -> st
 
     `known` holds models seen in the cluster that the catalog may not list yet (new
     hardware); they match the same way aliases do (case and vendor prefix ignored).
+    A family name that is no model's alias (`V100`: the catalog has two) stands for the
+    one model of that family in `known` (`Tesla V100-SXM2-16GB`), and for none where
+    `known` holds several or none of it.
     """
     model = find_gpu_model(name)
     if model is not None:
@@ -121,7 +124,8 @@ def canonical_gpu_name(name: str, known: list[str] | tuple[str, ...] = ()) -> st
     for other in known:
         if _key(other) == wanted:
             return other
-    return None
+    family = list(dict.fromkeys(other for other in known if _key(other).startswith(f"{wanted}-")))
+    return family[0] if len(family) == 1 else None
 
 
 def same_gpu_model(a: str, b: str) -> bool:
