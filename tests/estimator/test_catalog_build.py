@@ -42,7 +42,8 @@ def test_timm_entries_rebuild_exactly(name: str) -> None:
 @pytest.mark.parametrize(
     "name",
     ["bert-base-cased", "meta-llama/Llama-3.1-8B", "mistralai/Mixtral-8x7B-v0.1",
-     "google/flan-t5-small", "openai/whisper-tiny", "google/vit-base-patch16-224"],
+     "google/flan-t5-small", "openai/whisper-tiny", "google/vit-base-patch16-224",
+     "facebook/wav2vec2-base-960h"],
 )  # fmt: skip
 def test_hf_entries_rebuild_from_their_config(name: str) -> None:
     built = hf_build.entry(HF[name])
