@@ -274,11 +274,14 @@ class Agent:
 
     def _confine(self, job: JobProcess, stray: dict[str, int]) -> None:
         """Report (once per GPU) and, under policy `stop`, kill a job using GPUs it was
-        not given; what it holds there is reported as long as it holds it."""
-        job.stray_mib_by_gpu = stray
+        not given; what it holds there is reported as long as it holds it. It is acted on
+        when two samples in a row see it: the GPU's process list and /proc are read
+        apart, so a pid that ended and was reused by the job in between, or a process
+        the driver still listed after its exit, cannot get an innocent job killed."""
+        seen_before, job.stray_mib_by_gpu = job.stray_mib_by_gpu, stray
         policy = self.config.gpu_confinement
         for uuid, used_mib in stray.items():
-            if uuid in job.strayed_on:
+            if uuid in job.strayed_on or uuid not in seen_before:
                 continue
             job.strayed_on.append(uuid)
             message = confinement.describe(uuid, used_mib, job.gpu_uuids, policy)

@@ -123,3 +123,30 @@ def test_through_nvml_a_graphics_context_on_another_gpu_stops_the_job(
     final = server.last(1)
     assert final["outcome"] == "failed" and "900 MiB on GPU GPU-bbbb" in final["reason"]
     assert [n["gpu_uuid"] for n in server.notices] == ["GPU-bbbb"]
+
+
+def test_one_sample_alone_does_not_stop_a_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process the driver listed on another GPU in one sample only (a pid reused by
+    the job between the driver's list and /proc, or a process already gone) is not
+    the job using that GPU; seen in two samples in a row, it is."""
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    server = FakeServer()
+    agent = _agent(tmp_path, server, NvmlBackend.open(), "stop")
+    _assign(server, "GPU-aaaa", [sys.executable, "-c", "import time; time.sleep(60)"])
+    step_until(agent, server, lambda: any(job.pid for job in agent.jobs.values()))
+    (job,) = agent.jobs.values()
+    assert job.pid is not None
+    fake.graphics[1] = [Process(job.pid, 700 * MIB)]
+    agent.sample()
+    fake.graphics[1] = []
+    for _ in range(3):
+        agent.sample()
+    assert job.confined is None and not job.notices and not job.kill_sent
+    fake.graphics[1] = [Process(job.pid, 700 * MIB)]
+    agent.sample()
+    agent.sample()
+    assert job.kill_sent and job.confined is not None and "700 MiB on GPU GPU-bbbb" in job.confined
+    step_until(agent, server, lambda: not agent.jobs)
