@@ -57,6 +57,8 @@ def _start(spec: dict[str, Any]) -> subprocess.Popen[bytes]:
             preexec_fn=lambda: os.chdir(workdir),  # after the switch; this process has no threads
             **identity,
         )
+    except ValueError as exc:  # a NUL where the kernel takes C strings
+        raise OSError(f"its command, environment or working directory holds {exc}") from exc
     except subprocess.SubprocessError as exc:  # raised when the preexec_fn failed
         raise OSError(
             f"account {account['name']} cannot enter {workdir!r} "

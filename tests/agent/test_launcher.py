@@ -213,3 +213,29 @@ def test_exit_classification(
     code: int | None, stderr: str, cancelled: bool, gpu_full: str | None, outcome: str
 ) -> None:
     assert classify(code, stderr, cancelled=cancelled, gpu_full=gpu_full)[0] == outcome
+
+
+@pytest.mark.parametrize(
+    ("command", "env"),
+    [(["/bin/echo", "a\x00b"], {}), (["/bin/echo"], {"MINE": "x\x00y"})],
+)
+def test_a_nul_in_a_command_or_its_environment_is_a_failed_start(
+    tmp_path: Path, command: list[str], env: dict[str, str]
+) -> None:
+    """The API takes any string (SQLite stores a NUL); the supervisor must still record
+    the exit instead of dying with a traceback in the job's output."""
+    store, job = new_job(tmp_path)
+    launch(
+        store=store,
+        job=job,
+        command=command,
+        env=env,
+        workdir=None,
+        extra_env={},
+        account=OWN_ACCOUNT,
+        work_root=tmp_path,
+    )
+    wait(job)
+    assert job.outcome == "failed" and job.exit_code == 127
+    assert "holds embedded null byte" in (job.reason or "")
+    assert "Traceback" not in job.stderr_path.read_text()
