@@ -42,7 +42,7 @@ from estimator.history import HISTORY_MARGIN, ObservationHistory
 from estimator.learned.artifact import Artifact, load
 from estimator.learned.features import NAMES, RANGED, features, model_kind
 from estimator.learned.measurements import Measurement, observation
-from estimator.offsets import MIN_OBSERVATIONS, FixedCostOffsets, Residual, environment_key
+from estimator.offsets import FixedCostOffsets, Residual, environment_key
 from estimator.spec import TrainingSpec
 
 ANALYTICAL_VERSION = "analytical"
@@ -244,7 +244,7 @@ class Estimator:
         (the largest kind's for a kind never measured). Without `offset`, the estimate
         an environment's residuals are measured against."""
         keys = self._environments(gpu, environment)
-        learned = any(self.offsets.count(k) >= MIN_OBSERVATIONS for k in keys)
+        learned = any(self.offsets.in_force(k) for k in keys)
         offset_mib = self.offsets.largest(keys) if offset else 0.0
         manifest = self.artifact.manifest if self.artifact else {}
         # the fixed cost's own uncertainty, for the bound: a learned offset's spread, or,

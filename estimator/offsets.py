@@ -17,6 +17,12 @@ campaign. The statistic is robust so that one odd run cannot move it:
   terms (the half at or below their median): where the model's share is small, its
   relative error matters least and the residual is mostly fixed cost;
 - it is clipped to [`LOWEST_OFFSET_MIB`, `HIGHEST_OFFSET_MIB`];
+- it is in force only once *corroborated*: every run is tagged with who vouches for
+  it (its owner, or `VOUCHED` for an admin's or admin-trusted run and for measured
+  campaigns), and runs of one ordinary owner alone never set it, since an offset moves
+  every owner's reservations. Each voter's deciding runs give one vote (their median):
+  of two voters the higher vote counts (one cannot lower the other's), of more the
+  median vote (so no one owner, however many runs it submits, decides it);
 - only the newest `WINDOW` runs per environment are kept, so a driver upgrade under
   an unchanged key is followed.
 
@@ -62,6 +68,10 @@ MARGIN_SIGMAS = 2.0
 MAD_TO_SIGMA = 1.4826
 
 
+# Who vouches for a run an admin owns or trusts, or a measurement campaign's run.
+VOUCHED = ""
+
+
 def environment_key(gpu_model: str, driver_version: str | None) -> str:
     """The service's environment: one GPU model under one driver."""
     return f"{gpu_model}|driver {driver_version or 'unknown'}"
@@ -74,6 +84,7 @@ class Residual:
 
     residual_mib: float
     model_mib: float
+    voter: str = ""  # the run's owner; VOUCHED for a vouched-for run
 
 
 @dataclass
@@ -82,31 +93,48 @@ class FixedCostOffsets:
 
     residuals: dict[str, list[Residual]] = field(default_factory=dict)
 
-    def observe(self, key: str, residual_mib: float, model_mib: float) -> None:
-        """Add one run of environment `key` (see the module docstring for the terms)."""
+    def observe(
+        self, key: str, residual_mib: float, model_mib: float, voter: str = VOUCHED
+    ) -> None:
+        """Add one run of environment `key` vouched for by `voter` (see the module
+        docstring for the terms)."""
         runs = self.residuals.setdefault(key, [])
-        runs.append(Residual(float(residual_mib), max(0.0, float(model_mib))))
+        runs.append(Residual(float(residual_mib), max(0.0, float(model_mib)), voter))
         del runs[:-WINDOW]
 
     def count(self, key: str) -> int:
         return len(self.residuals.get(key, ()))
 
-    def _deciding(self, key: str) -> list[float]:
-        """The residuals an offset is taken from: those of the runs with the smaller
-        model-dependent terms, once there are MIN_OBSERVATIONS runs (else none)."""
+    def in_force(self, key: str) -> bool:
+        """Whether `key` has MIN_OBSERVATIONS runs, corroborated: one of them vouched
+        for, or runs of at least two owners."""
         runs = self.residuals.get(key, [])
-        if len(runs) < MIN_OBSERVATIONS:
+        voters = {run.voter for run in runs}
+        return len(runs) >= MIN_OBSERVATIONS and (VOUCHED in voters or len(voters) >= 2)
+
+    def _deciding_runs(self, key: str) -> list[Residual]:
+        """The runs an offset is taken from: those with the smaller model-dependent
+        terms, once the offset is in force (else none)."""
+        if not self.in_force(key):
             return []
+        runs = self.residuals[key]
         cut = median(run.model_mib for run in runs)
-        return [run.residual_mib for run in runs if run.model_mib <= cut]
+        return [run for run in runs if run.model_mib <= cut]
+
+    def _deciding(self, key: str) -> list[float]:
+        return [run.residual_mib for run in self._deciding_runs(key)]
 
     def offset_mib(self, key: str) -> float:
-        """The learned offset of `key`: 0.0 until MIN_OBSERVATIONS runs, then the
-        clipped median residual of the runs with the smaller model-dependent terms."""
-        deciding = self._deciding(key)
-        if not deciding:
+        """The learned offset of `key`: 0.0 until in force, then the clipped vote of
+        the runs with the smaller model-dependent terms (module docstring)."""
+        by_voter: dict[str, list[float]] = {}
+        for run in self._deciding_runs(key):
+            by_voter.setdefault(run.voter, []).append(run.residual_mib)
+        votes = [median(residuals) for residuals in by_voter.values()]
+        if not votes:
             return 0.0
-        return min(HIGHEST_OFFSET_MIB, max(LOWEST_OFFSET_MIB, median(deciding)))
+        vote = max(votes) if len(votes) == 2 else median(votes)
+        return min(HIGHEST_OFFSET_MIB, max(LOWEST_OFFSET_MIB, vote))
 
     def margin_mib(self, key: str) -> float:
         """How far above the offset a run of `key` may still go, for bounds: 0.0
@@ -133,8 +161,8 @@ class FixedCostOffsets:
         return max((self.margin_mib(key) for key in keys), default=0.0)
 
     def active(self) -> dict[str, float]:
-        """The environments whose offset is in force (enough runs), by key."""
-        return {k: v for k, v in self.offsets().items() if self.count(k) >= MIN_OBSERVATIONS}
+        """The environments whose offset is in force, by key."""
+        return {k: v for k, v in self.offsets().items() if self.in_force(k)}
 
     def digest(self) -> str:
         """A short hash of the offsets in force ("" when none is): part of the
@@ -145,14 +173,15 @@ class FixedCostOffsets:
         text = json.dumps({k: round(v, 1) for k, v in active.items()}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:8]
 
-    def to_json(self, key: str) -> list[list[float]]:
-        """One environment's residuals as plain JSON ([[residual, model], ...])."""
-        return [[run.residual_mib, run.model_mib] for run in self.residuals.get(key, [])]
+    def to_json(self, key: str) -> list[list[float | str]]:
+        """One environment's residuals as plain JSON ([[residual, model, voter], ...])."""
+        runs = self.residuals.get(key, [])
+        return [[run.residual_mib, run.model_mib, run.voter] for run in runs]
 
     def load(self, key: str, data: Any) -> None:
         """Replace one environment's residuals with `to_json` output (ValueError if
         it is not such a list)."""
         if not isinstance(data, list):
             raise ValueError(f"residuals of {key!r} must be a list")
-        runs = [Residual(float(pair[0]), float(pair[1])) for pair in data]
+        runs = [Residual(float(r), float(m), str(voter)) for r, m, voter in data]
         self.residuals[key] = runs[-WINDOW:]

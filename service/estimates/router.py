@@ -13,7 +13,6 @@ from sqlalchemy import select
 
 from estimator.estimate import Estimate, default_estimator
 from estimator.gpus import GPU_MODELS, describe, parse_compute_capability
-from estimator.offsets import MIN_OBSERVATIONS
 from estimator.spec import TrainingSpec
 from service.auth.deps import UserDep, allow
 from service.deps import EstimatorDep, SessionDep
@@ -120,7 +119,7 @@ class FixedCostOffsetRead(BaseModel):
     observations: int  # successful training runs taken in
     offset_mib: float  # added to the default fixed cost of every process there
     margin_mib: float  # added to bounds there: the offset's own spread
-    in_force: bool  # enough runs to be used (estimator.offsets.MIN_OBSERVATIONS)
+    in_force: bool  # enough corroborated runs to be used (estimator.offsets)
     updated_at: datetime
 
 
@@ -180,7 +179,7 @@ def _estimator_read(
                 observations=o.observations,
                 offset_mib=round(estimator.offsets.offset_mib(o.environment), 1),
                 margin_mib=round(estimator.offsets.margin_mib(o.environment), 1),
-                in_force=estimator.offsets.count(o.environment) >= MIN_OBSERVATIONS,
+                in_force=estimator.offsets.in_force(o.environment),
                 updated_at=o.updated_at,
             )
             for o in session.scalars(select(FixedCostOffset).order_by(FixedCostOffset.environment))

@@ -27,6 +27,7 @@ import threading
 from dataclasses import replace
 
 from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from estimator.analytical.model import SpecError
@@ -35,7 +36,7 @@ from estimator.gpus import GpuDescription, describe, parse_compute_capability
 from estimator.history import ObservationHistory
 from estimator.learned import artifact, measurements
 from estimator.learned.calibration import Calibration
-from estimator.offsets import FixedCostOffsets, environment_key
+from estimator.offsets import VOUCHED, FixedCostOffsets, environment_key
 from service.db import utcnow
 from service.errors import ApiError
 from service.estimates.models import EstimatorVersion, FixedCostOffset
@@ -207,14 +208,30 @@ def reported_gpus(session: Session) -> list[GpuDescription]:
     return [describe_gpu(Gpu(**row._asdict())) for row in rows]
 
 
-def learn_offsets(session: Session, estimator: Estimator) -> FixedCostOffsets:
-    """Take the residuals of successful training attempts not taken in yet into their
-    environments' rows (in the caller's transaction), and return every environment's
-    offsets as the database then holds them."""
+def _stored_offsets(session: Session) -> tuple[dict[str, FixedCostOffset], FixedCostOffsets]:
     rows = {row.environment: row for row in session.scalars(select(FixedCostOffset))}
     offsets = FixedCostOffsets()
     for key, stored in rows.items():
         offsets.load(key, stored.residuals)
+    return rows, offsets
+
+
+def learn_offsets(session: Session, estimator: Estimator) -> FixedCostOffsets:
+    """Take the residuals of successful training attempts not taken in yet into their
+    environments' rows (in the caller's transaction), and return every environment's
+    offsets as the database then holds them.
+
+    Two requests may take the same new runs in at once; the one that adds an
+    environment's row second undoes its own part and reads what the first stored."""
+    try:
+        with session.begin_nested():
+            return _take_in(session, estimator)
+    except IntegrityError:
+        return _stored_offsets(session)[1]
+
+
+def _take_in(session: Session, estimator: Estimator) -> FixedCostOffsets:
+    rows, offsets = _stored_offsets(session)
     through = max((stored.last_observation_id for stored in rows.values()), default=0)
     new = session.execute(
         select(Observation, Job, Gpu)
@@ -224,9 +241,7 @@ def learn_offsets(session: Session, estimator: Estimator) -> FixedCostOffsets:
         .where(
             Observation.id > through,
             Attempt.state == "succeeded",
-            # an offset moves every owner's reservations: only peaks an admin vouches for
             Observation.credible.is_(True),
-            Observation.trusted.is_(True),
         )
         .order_by(Observation.id)
     ).all()
@@ -244,7 +259,9 @@ def learn_offsets(session: Session, estimator: Estimator) -> FixedCostOffsets:
             residual = estimator.fixed_cost_residual(spec, described, observation.peak_mib, key)
         except SpecError:
             continue  # a spec this calibration cannot read: nothing to learn from it
-        offsets.observe(key, residual.residual_mib, residual.model_mib)
+        # an offset moves every owner's reservations: it needs corroboration (offsets.py)
+        voter = VOUCHED if observation.trusted else job.owner
+        offsets.observe(key, residual.residual_mib, residual.model_mib, voter)
         row = rows.get(key)
         if row is None:
             row = FixedCostOffset(

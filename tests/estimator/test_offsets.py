@@ -7,6 +7,7 @@ import pytest
 from estimator.offsets import (
     HIGHEST_OFFSET_MIB,
     MIN_OBSERVATIONS,
+    VOUCHED,
     WINDOW,
     FixedCostOffsets,
     environment_key,
@@ -78,3 +79,28 @@ def test_the_margin_follows_the_spread_of_the_deciding_runs() -> None:
     assert noisy.margin_mib("a") < 2 * margin
     assert FixedCostOffsets().margin_mib("a") == 0.0
     assert noisy.largest_margin(["a", "b"]) == noisy.margin_mib("a")
+
+
+def test_one_ordinary_owner_alone_never_sets_it() -> None:
+    offsets = FixedCostOffsets()
+    for _ in range(3 * MIN_OBSERVATIONS):
+        offsets.observe("a", -400.0, 10.0, voter="mallory")
+    assert not offsets.in_force("a") and offsets.offset_mib("a") == 0.0
+    assert offsets.digest() == ""
+    offsets.observe("a", 300.0, 10.0, voter=VOUCHED)  # an admin's run corroborates
+    assert offsets.in_force("a")
+
+
+def test_each_owner_is_one_vote_however_many_runs_it_sends() -> None:
+    offsets = FixedCostOffsets()
+    for _ in range(50):
+        offsets.observe("a", -500.0, 10.0, voter="mallory")
+    for _ in range(2):
+        offsets.observe("a", 600.0, 10.0, voter="alice")
+    assert offsets.offset_mib("a") == 600.0  # of two votes the higher: no one lowers another
+    for _ in range(2):
+        offsets.observe("a", 620.0, 10.0, voter="bob")
+    assert offsets.offset_mib("a") == 600.0  # of three, the median vote
+    copy = FixedCostOffsets()
+    copy.load("a", offsets.to_json("a"))
+    assert copy.offset_mib("a") == 600.0 and copy.digest() == offsets.digest()

@@ -44,7 +44,9 @@ def estimate_of(job: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def users(database_url: str) -> dict[str, dict[str, str]]:
-    return {name: bearer(make_token(database_url, "user", name)) for name in ("alice", "bob")}
+    return {
+        name: bearer(make_token(database_url, "user", name)) for name in ("alice", "bob", "carol")
+    }
 
 
 def test_a_sleep_with_a_training_spec_teaches_nothing(
@@ -172,3 +174,20 @@ def test_one_users_runs_do_not_move_the_clusters_fixed_cost(
         beat(client, node, [exited(low["id"], peak=before["peak_mib"] - 400, ran_s=600)])
     after = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
     assert after["peak_mib"] == before["peak_mib"] and after["upper_mib"] == before["upper_mib"]
+
+
+def test_two_users_runs_teach_the_cluster_its_fixed_cost(
+    client: TestClient, users: dict[str, dict[str, str]]
+) -> None:
+    """Corroboration needs no admin: owners who agree move the offset for everyone."""
+    node = register_node(client, "n1", [(T4, 15360)])
+    before = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
+    for owner in ("alice", "bob", "alice", "bob", "alice", "bob"):
+        job = submit_as(client, users[owner], training=GOOD_TRAINING)
+        cycle(client)
+        beat(client, node, [exited(job["id"], peak=before["peak_mib"] + 600, ran_s=600)])
+        cycle(client)
+    (learned,) = client.get("/v1/admin/estimator").json()["fixed_cost_offsets"]
+    assert learned["in_force"] and learned["offset_mib"] == pytest.approx(600, abs=5)
+    after = estimate_of(submit_as(client, users["carol"], training=GOOD_TRAINING))
+    assert after["peak_mib"] == pytest.approx(before["peak_mib"] + 600, abs=5)
