@@ -53,7 +53,7 @@ def test_old_rows_are_made_to_fit_the_new_rules(empty_database: str) -> None:
         )
         conn.execute(
             text(
-                "INSERT INTO gpus (id, node_id, uuid, \"index\", model, memory_total_mib, "
+                'INSERT INTO gpus (id, node_id, uuid, "index", model, memory_total_mib, '
                 "memory_used_mib, memory_foreign_mib, utilization_pct, healthy, updated_at) "
                 "VALUES (1, 1, 'g', 0, 'Tesla T4', 15360, 0, 0, 0, true, :now)"
             ),
