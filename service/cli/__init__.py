@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import version
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from agent import cli as agent_cli
 from estimator import cli as estimator_cli
 from service.cli import client, completion, priority, server, simulate, tokens, up, views
@@ -44,6 +46,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     except CliError as exc:
         print(f"colloc: error: {exc}", file=sys.stderr)
         status = exc.status
+    except SQLAlchemyError as exc:  # token, account and db commands open the database
+        reason = getattr(exc, "orig", None) or exc
+        print(
+            f"colloc: error: cannot use the database (--db, COLLOC_DATABASE_URL): {reason}",
+            file=sys.stderr,
+        )
+        status = 1
     except KeyboardInterrupt:
         status = 130
     except BrokenPipeError:

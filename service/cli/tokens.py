@@ -8,7 +8,11 @@ comes to be (`colloc up` makes one for its data directory itself).
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from sqlalchemy.orm import Session
 
 from service.auth import accounts, tokens
 from service.cli.errors import CliError
@@ -19,26 +23,29 @@ from service.deps import MAX_ID
 from service.errors import ApiError
 
 
-def _sessions(args: argparse.Namespace) -> Any:
+@contextmanager
+def _database(args: argparse.Namespace) -> Iterator[Session]:
+    """A transaction on the database `--db` names; what it refuses, as a CLI error."""
     settings = settings_for(args.db)
     upgrade(settings.database_url)
-    return make_sessionmaker(make_engine(settings.database_url))
+    try:
+        with transaction(make_sessionmaker(make_engine(settings.database_url))) as session:
+            yield session
+    except ApiError as exc:
+        raise CliError(exc.message, 2) from exc
 
 
 def run_create(args: argparse.Namespace) -> int:
-    try:
-        with transaction(_sessions(args)) as session:
-            token, raw = tokens.create(session, role=args.role, name=args.name)
-            summary = f"created {token.role} token {token.id} for {token.name!r}"
-    except ApiError as exc:
-        raise CliError(exc.message, 2) from exc
+    with _database(args) as session:
+        token, raw = tokens.create(session, role=args.role, name=args.name)
+        summary = f"created {token.role} token {token.id} for {token.name!r}"
     print(f"{summary}; it is shown this once, keep it secret:")
     print(raw)
     return 0
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with transaction(_sessions(args)) as session:
+    with _database(args) as session:
         rows = [
             (
                 str(t.id),
@@ -57,37 +64,28 @@ def run_list(args: argparse.Namespace) -> int:
 def run_revoke(args: argparse.Namespace) -> int:
     if not 1 <= args.id <= MAX_ID:
         raise CliError(f"no token has id {args.id}", 2)
-    try:
-        with transaction(_sessions(args)) as session:
-            token = tokens.revoke(session, args.id)
-            print(f"revoked {token.role} token {token.id} for {token.name!r}")
-    except ApiError as exc:
-        raise CliError(exc.message, 2) from exc
+    with _database(args) as session:
+        token = tokens.revoke(session, args.id)
+        print(f"revoked {token.role} token {token.id} for {token.name!r}")
     return 0
 
 
 def run_account_set(args: argparse.Namespace) -> int:
-    try:
-        with transaction(_sessions(args)) as session:
-            accounts.set_account(session, args.name, args.account)
-    except ApiError as exc:
-        raise CliError(exc.message, 2) from exc
+    with _database(args) as session:
+        accounts.set_account(session, args.name, args.account)
     print(f"jobs of {args.name!r} run as Unix account {args.account!r}")
     return 0
 
 
 def run_account_unset(args: argparse.Namespace) -> int:
-    try:
-        with transaction(_sessions(args)) as session:
-            accounts.unset(session, args.name)
-    except ApiError as exc:
-        raise CliError(exc.message, 2) from exc
+    with _database(args) as session:
+        accounts.unset(session, args.name)
     print(f"jobs of {args.name!r} run as Unix account {args.name!r} again")
     return 0
 
 
 def run_account_list(args: argparse.Namespace) -> int:
-    with transaction(_sessions(args)) as session:
+    with _database(args) as session:
         rows = [
             (m.name, m.account, m.updated_at.strftime("%Y-%m-%d %H:%M"))
             for m in accounts.list_accounts(session)

@@ -195,3 +195,17 @@ def test_a_reader_that_goes_away_ends_the_command_without_a_traceback() -> None:
     )
     os.close(write)
     assert result.stderr == "" and result.returncode == 141
+
+
+@pytest.mark.parametrize("command", [["token", "list"], ["account", "list"], ["db", "upgrade"]])
+def test_a_database_that_cannot_be_opened_is_a_message(command: list[str], tmp_path: Path) -> None:
+    missing = f"sqlite:///{tmp_path / 'no-such-dir' / 'colloc.db'}"
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", *command, "--db", missing],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("colloc: error: cannot use the database")
+    assert "unable to open database file" in result.stderr
