@@ -239,3 +239,22 @@ def test_a_nul_in_a_command_or_its_environment_is_a_failed_start(
     assert job.outcome == "failed" and job.exit_code == 127
     assert "holds embedded null byte" in (job.reason or "")
     assert "Traceback" not in job.stderr_path.read_text()
+
+
+def test_a_job_holds_no_descriptor_of_the_agent_or_its_supervisor(tmp_path: Path) -> None:
+    """The supervisor holds the run's lock and the log files; the job gets its output
+    streams as 1 and 2 and nothing else (a lock it held would outlive the supervisor)."""
+    code = (
+        "import os\n"
+        "def is_open(fd):\n"
+        "    try:\n"
+        "        os.fstat(fd)\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "    return True\n"
+        "print([fd for fd in range(3, 4096) if is_open(fd)])\n"
+    )
+    _store, job = start(tmp_path, code)
+    wait(job)
+    assert job.outcome == "succeeded", job.stderr_path.read_text()
+    assert job.stdout_path.read_text().strip() == "[]"
