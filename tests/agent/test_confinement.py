@@ -18,6 +18,7 @@ from agent.backends.nvml import MIB, NvmlBackend
 from agent.backends.simulated import SimulatedBackend
 from agent.cluster import parse_cluster
 from agent.daemon import Agent, AgentConfig
+from agent.job import JobProcess
 from tests.agent.test_daemon import FakeServer, step_until
 from tests.agent.test_nvml import FakeNvml, Process
 
@@ -102,9 +103,10 @@ def test_use_of_its_own_gpu_is_not_confined(tmp_path: Path) -> None:
     assert max(r["current_mib_by_gpu"].get(given, 0) for r in server.reports) == 1500
 
 
-def test_through_nvml_a_graphics_context_on_another_gpu_stops_the_job(
+def _sleeping_job_on_nvml(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[FakeNvml, FakeServer, Agent, JobProcess]:
+    """An agent on a fake NVML (GPU-aaaa, GPU-bbbb) running one job given GPU-aaaa."""
     fake = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     server = FakeServer()
@@ -112,6 +114,13 @@ def test_through_nvml_a_graphics_context_on_another_gpu_stops_the_job(
     _assign(server, "GPU-aaaa", [sys.executable, "-c", "import time; time.sleep(60)"])
     step_until(agent, server, lambda: any(job.pid for job in agent.jobs.values()))
     (job,) = agent.jobs.values()
+    return fake, server, agent, job
+
+
+def test_through_nvml_a_graphics_context_on_another_gpu_stops_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake, server, agent, job = _sleeping_job_on_nvml(tmp_path, monkeypatch)
     assert job.pid is not None
     deadline = time.monotonic() + 20
     while not (children := proctree.members(job.pid) - {job.pid}):
@@ -131,13 +140,7 @@ def test_one_sample_alone_does_not_stop_a_job(
     """A process the driver listed on another GPU in one sample only (a pid reused by
     the job between the driver's list and /proc, or a process already gone) is not
     the job using that GPU; seen in two samples in a row, it is."""
-    fake = FakeNvml()
-    monkeypatch.setitem(sys.modules, "pynvml", fake)
-    server = FakeServer()
-    agent = _agent(tmp_path, server, NvmlBackend.open(), "stop")
-    _assign(server, "GPU-aaaa", [sys.executable, "-c", "import time; time.sleep(60)"])
-    step_until(agent, server, lambda: any(job.pid for job in agent.jobs.values()))
-    (job,) = agent.jobs.values()
+    fake, server, agent, job = _sleeping_job_on_nvml(tmp_path, monkeypatch)
     assert job.pid is not None
     fake.graphics[1] = [Process(job.pid, 700 * MIB)]
     agent.sample()

@@ -90,19 +90,25 @@ def test_job_sees_its_gpus_env_and_workdir_but_not_the_agent_token(
     assert report["state"] == "exited" and report["outcome"] == "succeeded"
 
 
-def test_missing_command_is_a_failed_exit(tmp_path: Path) -> None:
+def start_command(tmp_path: Path, command: list[str], env: dict[str, str]) -> JobProcess:
+    """`command` launched as-is, in a fresh directory of its own; ended."""
     store, job = new_job(tmp_path)
     launch(
         store=store,
         job=job,
-        command=["/no/such/binary"],
-        env={},
+        command=command,
+        env=env,
         workdir=None,
         extra_env={},
         account=OWN_ACCOUNT,
         work_root=tmp_path,
     )
     wait(job)
+    return job
+
+
+def test_missing_command_is_a_failed_exit(tmp_path: Path) -> None:
+    job = start_command(tmp_path, ["/no/such/binary"], {})
     assert job.outcome == "failed" and job.exit_code == 127
     assert "cannot start '/no/such/binary'" in (job.reason or "")
     assert "cannot start" in job.stderr_path.read_text()
@@ -224,18 +230,7 @@ def test_a_nul_in_a_command_or_its_environment_is_a_failed_start(
 ) -> None:
     """The API takes any string (SQLite stores a NUL); the supervisor must still record
     the exit instead of dying with a traceback in the job's output."""
-    store, job = new_job(tmp_path)
-    launch(
-        store=store,
-        job=job,
-        command=command,
-        env=env,
-        workdir=None,
-        extra_env={},
-        account=OWN_ACCOUNT,
-        work_root=tmp_path,
-    )
-    wait(job)
+    job = start_command(tmp_path, command, env)
     assert job.outcome == "failed" and job.exit_code == 127
     assert "holds embedded null byte" in (job.reason or "")
     assert "Traceback" not in job.stderr_path.read_text()
