@@ -36,7 +36,7 @@ class FixedCostOffset(Base):
     environment: Mapped[str] = mapped_column(String(256), unique=True)
     gpu_model: Mapped[str] = mapped_column(String(128))
     driver_version: Mapped[str | None] = mapped_column(String(64))
-    residuals: Mapped[list[list[float]]] = mapped_column(JSON)  # [[residual, model], ...]
+    residuals: Mapped[list[list[float | str]]] = mapped_column(JSON)  # [[residual, model, voter]]
     observations: Mapped[int]  # runs seen in all (the newest are kept)
     offset_mib: Mapped[float]  # as last computed (0 until enough runs)
     last_observation_id: Mapped[int]  # every observation up to it was taken in
