@@ -5,7 +5,9 @@ owner's token name, or the admin's mapping of it), with that account's uid, prim
 and supplementary groups (as initgroups(3) would set them), its home and shell. Only a
 root agent can switch users. Mode `agent`: every job runs as the agent's own account,
 which is a single-user deployment (`colloc up`, or an agent that is not root). Either
-way a job is refused uid 0 unless the admin allowed it (`allow_root_jobs`).
+way a job is refused uid 0 unless the admin allowed it (`allow_root_jobs`), and in
+mode `owner` an account below `min_job_uid` (a system account such as `daemon` or
+`postgres`, whose files a job must not own) is refused whatever its token is named.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ RunJobsAs = Literal["owner", "agent"]
 # shell would give a job whose spec sets none
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 DEFAULT_SHELL = "/bin/sh"  # passwd(5): an empty shell field means /bin/sh
+# The first uid of ordinary accounts: UID_MIN in login.defs(5), 1000 on Debian, Ubuntu,
+# Fedora and RHEL 7+ (system accounts such as daemon, nobody's peers, postgres lie below).
+MIN_JOB_UID = 1000
 
 
 class AccountError(Exception):
@@ -99,9 +104,12 @@ class Identity:
 
     run_jobs_as: RunJobsAs = "owner"
     allow_root_jobs: bool = False
+    min_job_uid: int = MIN_JOB_UID
 
     @classmethod
-    def effective(cls, run_jobs_as: RunJobsAs, allow_root_jobs: bool) -> Identity:
+    def effective(
+        cls, run_jobs_as: RunJobsAs, allow_root_jobs: bool, min_job_uid: int = MIN_JOB_UID
+    ) -> Identity:
         """The policy this process can carry out: only root can switch users."""
         if run_jobs_as == "owner" and os.geteuid() != 0:
             log.warning(
@@ -109,8 +117,8 @@ class Identity:
                 "its own account %s (run_jobs_as: agent)",
                 _agent_account().name,
             )
-            return cls("agent", allow_root_jobs)
-        return cls(run_jobs_as, allow_root_jobs)
+            return cls("agent", allow_root_jobs, min_job_uid)
+        return cls(run_jobs_as, allow_root_jobs, min_job_uid)
 
     def describe(self) -> str:
         if self.run_jobs_as == "owner":
@@ -131,5 +139,10 @@ class Identity:
             raise AccountError(
                 f"refusing to run a job as root (account {found.name!r}): "
                 "the agent's allow_root_jobs setting is off"
+            )
+        if found.switch and 0 < found.uid < self.min_job_uid:
+            raise AccountError(
+                f"refusing to run a job as system account {found.name!r} (uid {found.uid}): "
+                f"job accounts start at uid {self.min_job_uid} (the agent's min_job_uid)"
             )
         return found

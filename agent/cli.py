@@ -60,6 +60,7 @@ FLAGS = (
     "stop_jobs_on_exit",
     "run_jobs_as",
     "allow_root_jobs",
+    "min_job_uid",
     "work_dir",
     "gpu_confinement",
 )
@@ -213,6 +214,11 @@ def add_commands(commands: Any) -> None:
         action="store_true",
         default=None,
         help="let jobs run as root (refused by default)",
+    )
+    agent.add_argument(
+        "--min-job-uid",
+        type=int,
+        help="owner mode: refuse accounts below this uid, i.e. system accounts (default 1000)",
     )
     agent.add_argument(
         "--work-dir", type=Path, help="where each attempt gets a directory of its account's"

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.accounts import Identity, RunJobsAs
+from agent.accounts import MIN_JOB_UID, Identity, RunJobsAs
 from agent.confinement import Policy as ConfinementPolicy
 from agent.enforcement import Enforcement
 from estimator.files import read_yaml
@@ -46,6 +46,7 @@ class AgentSettings(BaseModel):
     stop_jobs_on_exit: bool = False
     run_jobs_as: RunJobsAs = "owner"  # owner: switch to each job's account (needs root)
     allow_root_jobs: bool = False
+    min_job_uid: int = Field(default=MIN_JOB_UID, ge=1)  # system accounts below: refused
     work_dir: Path | None = None  # one directory per attempt, owned by the job's account
     gpu_confinement: ConfinementPolicy = "stop"
 
@@ -66,7 +67,7 @@ class AgentSettings(BaseModel):
 
     def identity(self) -> Identity:
         """Whose account jobs run as, as far as this process can switch users."""
-        return Identity.effective(self.run_jobs_as, self.allow_root_jobs)
+        return Identity.effective(self.run_jobs_as, self.allow_root_jobs, self.min_job_uid)
 
     def node_name(self) -> str:
         return self.node or socket.gethostname()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pwd
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +128,14 @@ def test_root_is_refused_unless_the_admin_allows_it(root: Path) -> None:
         _agent(root, server, Identity("owner", allow_root_jobs=True)), server, "root", ["id", "-u"]
     )
     assert server.reports[-1]["outcome"] == "succeeded" and out.strip() == "0"
+
+
+def test_a_system_account_is_refused_whatever_a_token_is_named() -> None:
+    """A token named `daemon` or `postgres` must not run jobs that own that account's files."""
+    system = next(e for e in pwd.getpwall() if 0 < e.pw_uid < accounts.MIN_JOB_UID)
+    with pytest.raises(accounts.AccountError, match="refusing to run a job as system account"):
+        Identity("owner").resolve(system.pw_name)
+    assert Identity("owner", min_job_uid=1).resolve(system.pw_name).uid == system.pw_uid
 
 
 @needs_root
