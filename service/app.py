@@ -12,6 +12,7 @@ from sqlalchemy import text
 from service.admin.router import router as admin_router
 from service.auth.router import router as accounts_router
 from service.body_limit import BodyLimit
+from service.cluster.router import router as cluster_router
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
 from service.dashboard.router import static_files
@@ -81,7 +82,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestTimer, instruments=instruments)
     install_error_handlers(app)
-    for router in (jobs_router, nodes_router, admin_router, accounts_router, estimates_router):
+    for router in (
+        jobs_router,
+        nodes_router,
+        cluster_router,
+        admin_router,
+        accounts_router,
+        estimates_router,
+    ):
         app.include_router(router, prefix="/v1", responses=ERROR_RESPONSES)
     app.include_router(metrics_router, responses=ERROR_RESPONSES)
     app.include_router(dashboard_router)

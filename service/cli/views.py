@@ -104,10 +104,11 @@ def run_jobs(args: argparse.Namespace) -> int:
 
 
 def _node_row(node: dict[str, Any], wide: bool) -> list[str]:
+    """One node of `/v1/cluster` (or, wide, of the admins' `/v1/admin/cluster`)."""
     gpus = node["gpus"]
     models = Counter(short_gpu(g["model"]) for g in gpus)
-    jobs = {a["job_id"] for g in gpus for a in g["allocations"]}
     unhealthy = sum(1 for g in gpus if not g["healthy"])
+    jobs = {a["job_id"] for g in gpus for a in g["allocations"]} if wide else set()
     row = [
         node["name"],
         node["state"] + (f" ({unhealthy} GPU unhealthy)" if unhealthy else ""),
@@ -115,7 +116,7 @@ def _node_row(node: dict[str, Any], wide: bool) -> list[str]:
         gib(sum(g["memory_free_mib"] for g in gpus)),
         gib(sum(g["memory_reserved_mib"] for g in gpus)),
         gib(sum(g["memory_total_mib"] for g in gpus)),
-        str(len(jobs)),
+        str(len(jobs) if wide else node["running_jobs"]),
     ]
     if wide:
         row += [
@@ -133,12 +134,16 @@ NODE_WIDE_HEADER = ["USED", "UTIL", "JOB_IDS", "AGENT", "HEARTBEAT"]
 
 
 def run_nodes(args: argparse.Namespace) -> int:
+    """Every user reads `/v1/cluster`; `-o wide` reads the admins' view with job ids,
+    observed use and agent details."""
+    wide = args.output == "wide"
+
     def render() -> int:
         try:
-            cluster = request(args, "GET", "/v1/admin/cluster")
+            cluster = request(args, "GET", "/v1/admin/cluster" if wide else "/v1/cluster")
         except CliError as exc:
-            if "HTTP 403" in str(exc):
-                raise CliError(f"colloc nodes needs an admin token: {exc}") from exc
+            if wide and "HTTP 403" in str(exc):
+                raise CliError(f"colloc nodes -o wide needs an admin token: {exc}") from exc
             raise
         nodes = cluster["nodes"]
 
@@ -175,7 +180,9 @@ def add_commands(commands: Any) -> None:
     jobs.set_defaults(run=run_jobs)
 
     nodes = commands.add_parser(
-        "nodes", parents=[common], help="the cluster: nodes, GPUs, memory, jobs (admin)"
+        "nodes",
+        parents=[common],
+        help="the cluster: nodes, GPUs, memory, running jobs (-o wide: admin)",
     )
     add_output_option(nodes, ["wide", "json", "name"])
     add_watch_option(nodes)

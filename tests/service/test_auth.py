@@ -31,6 +31,7 @@ MATRIX: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/estimate"): USERS,
     ("POST", "/v1/nodes/register"): AGENTS,
     ("POST", "/v1/nodes/{node_id}/heartbeat"): AGENTS,
+    ("GET", "/v1/cluster"): USERS,
     ("GET", "/v1/admin/cluster"): ADMINS,
     ("GET", "/v1/admin/jobs"): ADMINS,
     ("GET", "/v1/admin/utilization"): ADMINS,

@@ -1,0 +1,1 @@
+"""The cluster view every authenticated user reads (like Slurm's `sinfo`)."""
