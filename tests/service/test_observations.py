@@ -36,6 +36,16 @@ def submit_as(client: TestClient, token: dict[str, str], **spec: Any) -> dict[st
     return result
 
 
+def finished_run(
+    client: TestClient, node: int, token: dict[str, str], peak: int, ran_s: float = 600
+) -> dict[str, Any]:
+    """A job of the good spec by `token`'s owner, placed, run and ended with `peak`."""
+    job = submit_as(client, token, training=GOOD_TRAINING)
+    cycle(client)
+    beat(client, node, [exited(job["id"], peak=peak, ran_s=ran_s)])
+    return job
+
+
 def estimate_of(job: dict[str, Any]) -> dict[str, Any]:
     (estimate,) = job["estimates"]
     result: dict[str, Any] = estimate
@@ -54,9 +64,7 @@ def test_a_sleep_with_a_training_spec_teaches_nothing(
 ) -> None:
     node = register_node(client, "n1", [(T4, 15360)])
     honest = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
-    sleeper = submit_as(client, users["alice"], training=GOOD_TRAINING)
-    cycle(client)
-    beat(client, node, [exited(sleeper["id"], peak=0, ran_s=3)])  # `sleep 3`
+    finished_run(client, node, users["alice"], peak=0, ran_s=3)  # `sleep 3`
     for user in ("alice", "bob"):
         later = estimate_of(submit_as(client, users[user], training=GOOD_TRAINING))
         assert later["method"] != "history" and later["upper_mib"] == honest["upper_mib"] > 0
@@ -101,9 +109,7 @@ def test_one_owners_peaks_answer_for_others_only_once_an_admin_trusts_them(
 ) -> None:
     node = register_node(client, "n1", [(T4, 15360)])
     modelled = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
-    low = submit_as(client, users["alice"], training=GOOD_TRAINING)
-    cycle(client)
-    beat(client, node, [exited(low["id"], peak=100, ran_s=600)])  # credible, and low
+    low = finished_run(client, node, users["alice"], peak=100)  # credible, and low
     mine = estimate_of(submit_as(client, users["alice"], training=GOOD_TRAINING))
     assert mine["method"] == "history" and mine["peak_mib"] == 100
     theirs = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
@@ -169,9 +175,7 @@ def test_one_users_runs_do_not_move_the_clusters_fixed_cost(
     node = register_node(client, "n1", [(T4, 15360)])
     before = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
     for _ in range(6):  # more than an offset needs to be learned (estimator/offsets.py)
-        low = submit_as(client, users["alice"], training=GOOD_TRAINING)
-        cycle(client)
-        beat(client, node, [exited(low["id"], peak=before["peak_mib"] - 400, ran_s=600)])
+        finished_run(client, node, users["alice"], peak=before["peak_mib"] - 400)
     after = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
     assert after["peak_mib"] == before["peak_mib"] and after["upper_mib"] == before["upper_mib"]
 
@@ -183,9 +187,7 @@ def test_two_users_runs_teach_the_cluster_its_fixed_cost(
     node = register_node(client, "n1", [(T4, 15360)])
     before = estimate_of(submit_as(client, users["bob"], training=GOOD_TRAINING))
     for owner in ("alice", "bob", "alice", "bob", "alice", "bob"):
-        job = submit_as(client, users[owner], training=GOOD_TRAINING)
-        cycle(client)
-        beat(client, node, [exited(job["id"], peak=before["peak_mib"] + 600, ran_s=600)])
+        finished_run(client, node, users[owner], peak=before["peak_mib"] + 600)
         cycle(client)
     (learned,) = client.get("/v1/admin/estimator").json()["fixed_cost_offsets"]
     assert learned["in_force"] and learned["offset_mib"] == pytest.approx(600, abs=5)
