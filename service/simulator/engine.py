@@ -49,6 +49,9 @@ from service.simulator.traces import Sharing
 from service.simulator.workload import SimJob
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+# Jobs a cluster of an unfamiliar stack may take to teach Colloc its fixed cost: the
+# issue's `foreign-stack` target counts reservations over true peaks after these.
+LEARNING_JOBS = 200
 UNKNOWN_MIB = 1 << 40  # the demand on a GPU model a policy has no figure for
 
 # Event kinds, in the order they are handled at one instant: the cycle comes last, so
@@ -121,6 +124,8 @@ class SimResult:
     mean_jct_s: float
     p95_jct_s: float
     mean_queue_s: float
+    p95_queue_s: float
+    oom_lost_share: float  # GPU time lost to OOMs over the workload's (V100 seconds)
     gpu_memory_utilization: float
     sm_busy_share: float
     jobs_completed: int
@@ -129,6 +134,9 @@ class SimResult:
     placements: int
     cycles: int
     jct_s: list[float]
+    # per completed job, the reservation its last attempt started with over its true peak
+    # (the mean over its GPUs), by job id
+    reserved_over_true: dict[int, float]
     # (t, memory in use, SM-busy share, jobs waiting), every sample_s
     timeline: list[tuple[float, float, float, int]]
 
@@ -142,6 +150,12 @@ class SimResult:
             "mean_jct_s": round(self.mean_jct_s, 1),
             "p95_jct_s": round(self.p95_jct_s, 1),
             "mean_queue_s": round(self.mean_queue_s, 1),
+            "p95_queue_s": round(self.p95_queue_s, 1),
+            "oom_lost_share": round(self.oom_lost_share, 6),
+            "reserved_over_true_peak": round(self.mean_reserved_over_true(), 4),
+            f"reserved_over_true_peak_after_{LEARNING_JOBS}": round(
+                self.mean_reserved_over_true(after=LEARNING_JOBS), 4
+            ),
             "gpu_memory_utilization": round(self.gpu_memory_utilization, 4),
             "sm_busy_share": round(self.sm_busy_share, 4),
             "jobs_completed": self.jobs_completed,
@@ -150,6 +164,12 @@ class SimResult:
             "placements": self.placements,
             "cycles": self.cycles,
         }
+
+    def mean_reserved_over_true(self, after: int = 0) -> float:
+        """The mean reservation over true peak of the completed jobs with an id above
+        `after` (ids count arrivals), 0.0 if there are none."""
+        ratios = [r for job_id, r in self.reserved_over_true.items() if job_id > after]
+        return float(np.mean(ratios)) if ratios else 0.0
 
 
 class Simulation:
@@ -202,6 +222,7 @@ class Simulation:
         self.ooms = 0
         self.lost_gpu_s = 0.0
         self.placements = 0
+        self.reserved_over_true: dict[int, float] = {}
         self.last_start_s = 0.0
         self.cycles = 0
         self.used_mib = 0  # physically held, cluster-wide
@@ -360,6 +381,14 @@ class Simulation:
             updated_s=self.now,
         )
         self.running[job.id] = attempt
+        self.reserved_over_true[job.id] = float(
+            np.mean(
+                [
+                    mib / job.true_peak_mib[self.gpus[g].model]
+                    for g, mib in zip(gpu_ids, reserved, strict=True)
+                ]
+            )
+        )
         util = self.sharing.gpu_util_pct[job.sharing_class]
         for gpu_id, mib in attempt.reserved_mib.items():
             gpu = self.gpus[gpu_id]
@@ -519,7 +548,8 @@ class Simulation:
         end = max([*self.finished_s.values(), first])
         makespan = end - first
         jct = sorted(self.finished_s[j] - self.jobs[j].arrival_s for j in self.finished_s)
-        queued = [self.states[j].queued_s for j in self.finished_s]
+        queued = sorted(self.states[j].queued_s for j in self.finished_s)
+        offered_gpu_s = sum(job.work_s * job.gpus for job in self.jobs.values())
         window = makespan * self.memory_total_mib
         return SimResult(
             oom_events=self.ooms,
@@ -529,6 +559,8 @@ class Simulation:
             mean_jct_s=float(np.mean(jct)) if jct else 0.0,
             p95_jct_s=float(np.percentile(jct, 95)) if jct else 0.0,
             mean_queue_s=float(np.mean(queued)) if queued else 0.0,
+            p95_queue_s=float(np.percentile(queued, 95)) if queued else 0.0,
+            oom_lost_share=self.lost_gpu_s / offered_gpu_s if offered_gpu_s else 0.0,
             gpu_memory_utilization=self.used_area / window if window else 0.0,
             sm_busy_share=self.busy_area / (makespan * len(self.gpus)) if makespan else 0.0,
             jobs_completed=len(self.finished_s),
@@ -537,5 +569,6 @@ class Simulation:
             placements=self.placements,
             cycles=self.cycles,
             jct_s=jct,
+            reserved_over_true={j: self.reserved_over_true[j] for j in self.finished_s},
             timeline=self.timeline,
         )
