@@ -16,7 +16,7 @@ from service.cluster.router import router as cluster_router
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
 from service.dashboard.router import static_files
-from service.db import WORKER_THREADS, make_engine, make_sessionmaker, upgrade, utcnow
+from service.db import WORKER_THREADS, make_engine, make_sessionmaker, upgrade
 from service.deps import SessionDep
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.estimates.router import router as estimates_router
@@ -26,10 +26,9 @@ from service.metrics.collector import ClusterCollector
 from service.metrics.instruments import Instruments, RequestTimer
 from service.metrics.router import router as metrics_router
 from service.nodes.router import router as nodes_router
-from service.nodes.service import expire_leases
 from service.periodic import Periodic
-from service.scheduler.cycle import SchedulerLoop
 from service.scheduler.placement import Scheduler
+from service.scheduling.loop import SchedulerLoop
 from service.usage.sampler import usage_sampler
 
 VERSION = "0.1.0"
@@ -49,7 +48,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         upgrade(settings.database_url)
         to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
-        started = utcnow()
         workers: list[SchedulerLoop | Periodic] = [usage_sampler(sessions, settings)]
         if settings.scheduler_enabled:
             workers.append(
@@ -59,9 +57,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     scheduler,
                     estimator_state,
                     on_cycle=instruments.cycle_seconds.observe,
-                    before_cycle=lambda session: expire_leases(
-                        session=session, settings=settings, up_since=started
-                    ),
                 )
             )
         for worker in workers:

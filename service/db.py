@@ -14,7 +14,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import DateTime, Engine, MetaData, create_engine, event
+from sqlalchemy import DateTime, Engine, MetaData, create_engine, event, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
@@ -97,6 +97,19 @@ def make_engine(url: str) -> Engine:
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(bind=engine, expire_on_commit=False)
+
+
+# The advisory lock's key: "coll" in ASCII, the number every Colloc version has used, so
+# replicas of an older version and this one still take turns.
+PLACEMENT_LOCK_ID = 0x636F6C6C
+
+
+def lock_placements(session: Session) -> None:
+    """Serialise reservation changes (scheduling cycles, heartbeats, lease expiry) across
+    replicas, to the end of the transaction: on PostgreSQL by an advisory lock; SQLite's
+    writes already are, by BEGIN IMMEDIATE."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": PLACEMENT_LOCK_ID})
 
 
 @contextmanager

@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session, selectinload
 from service.admin.schemas import ClusterRead, GpuAllocationRead, GpuRead, NodeRead
 from service.jobs.models import Allocation, Attempt
 from service.nodes.models import Node
-from service.scheduler.cycle import gpu_views
+from service.scheduling.views import gpu_views
 
 
 def cluster(*, session: Session, headroom_mib: int, gpu_model: str | None = None) -> ClusterRead:

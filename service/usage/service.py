@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from service.jobs.models import Allocation, Attempt, Job
 from service.nodes.models import Gpu, Node
-from service.scheduler.cycle import gpu_views
+from service.scheduling.views import gpu_views
 from service.usage.models import UsageSample
 
 MEMORY_FIELDS = ("gpus", "capacity_mib", "reserved_mib", "used_mib", "foreign_mib")

@@ -9,8 +9,8 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
-from service.db import transaction
-from service.scheduler.cycle import lock_placements, run_cycle
+from service.db import lock_placements, transaction
+from service.scheduling.loop import run_cycle
 from tests.conftest import register_node, submit
 
 

@@ -8,7 +8,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from service.db import transaction, utcnow
-from service.scheduler.cycle import run_cycle
+from service.scheduling.loop import run_cycle
 from tests.conftest import register_node, submit
 
 GPU0 = "GPU-n1-0"
