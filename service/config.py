@@ -27,7 +27,7 @@ from service.scheduler.framework import (
     Quotas,
     SchedulerConfig,
 )
-from service.scheduler.reservations import ReservationRules
+from service.scheduler.lifecycle import ReservationRules
 
 CONFIG_FILE_ENV = "COLLOC_CONFIG_FILE"
 # the priorities a job can have (higher runs first)

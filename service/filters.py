@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import Depends, Query
 from pydantic import AwareDatetime
@@ -19,10 +19,8 @@ from estimator.gpus import canonical_gpu_name
 from service.deps import SessionDep
 from service.errors import ApiError
 from service.nodes.models import Gpu
+from service.scheduler.states import JobState
 
-JobState = Literal[
-    "pending", "placed", "running", "succeeded", "failed", "oom", "cancelled", "lost"
-]
 Owner = Annotated[str | None, Query(max_length=128, description="owner (user) name")]
 GpuModel = Annotated[
     str | None, Query(max_length=128, description="GPU model; aliases such as A100-40GB work")
@@ -60,7 +58,7 @@ class JobFilters:
     """Jobs narrowed by state, owner, queue, the GPU model an attempt ran on, and the
     time they were submitted."""
 
-    states: tuple[str, ...] = ()  # any of these (none: every state)
+    states: tuple[JobState, ...] = ()  # any of these (none: every state)
     owner: str | None = None
     queue: str | None = None
     gpu_model: str | None = None

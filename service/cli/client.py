@@ -24,7 +24,7 @@ from service.cli.output import (
     watching,
 )
 from service.deps import MAX_ID
-from service.jobs.models import FINAL_JOB_STATES
+from service.scheduler.states import FINAL_JOB_STATES
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 NO_TOKEN = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from typing import Any, get_args
+from typing import Any
 
 from service.cli.client import connection_options, request
 from service.cli.errors import CliError
@@ -20,9 +20,9 @@ from service.cli.output import (
     short_gpu,
     watching,
 )
-from service.filters import JobState
+from service.scheduler.states import JobState
 
-JOB_STATES: tuple[str, ...] = get_args(JobState)
+JOB_STATES = tuple(JobState)
 # Width the REASON column is cut to in the default table (`-o wide` shows it whole):
 # with the other columns it keeps a row within a 160-column terminal.
 REASON_WIDTH = 60

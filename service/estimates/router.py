@@ -22,7 +22,7 @@ from service.estimates.accuracy import RATIO_BUCKETS, AccuracyFilters, AccuracyP
 from service.estimates.models import FixedCostOffset
 from service.estimates.service import PACKAGED, EstimatorState, active_version, versions
 from service.filters import GpuModel, Owner, TimeRangeDep, resolve_gpu_model
-from service.jobs.service import estimate_for
+from service.jobs.submission import estimate_for
 from service.nodes.models import Gpu
 
 router = APIRouter(tags=["estimates"])

@@ -42,7 +42,7 @@ from service.errors import ApiError
 from service.estimates.models import EstimatorVersion, FixedCostOffset
 from service.events.service import record
 from service.jobs.models import Attempt, Job, Observation
-from service.jobs.service import training_spec
+from service.jobs.submission import training_spec
 from service.nodes.models import Gpu
 
 PACKAGED = "packaged"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     CheckConstraint,
+    Enum,
     ForeignKey,
     Index,
     String,
@@ -19,9 +21,22 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db import Base, UtcDateTime
 from service.nodes.models import Gpu, Node
+from service.scheduler.states import AttemptState, JobState
 
-ACTIVE_ATTEMPT_STATES = ("placed", "running")
-FINAL_JOB_STATES = ("succeeded", "failed", "oom", "cancelled", "lost")
+
+def _state_column(states: type[StrEnum]) -> Any:
+    """A state stored as its string (VARCHAR(16), as the migrations made it), read back
+    as its enum member."""
+    return mapped_column(
+        Enum(
+            states,
+            native_enum=False,
+            length=16,
+            values_callable=lambda members: [member.value for member in members],
+            validate_strings=True,
+        ),
+        index=True,
+    )
 
 
 class Job(Base):
@@ -33,7 +48,7 @@ class Job(Base):
     owner: Mapped[str] = mapped_column(String(128), index=True)
     queue: Mapped[str] = mapped_column(String(64))
     priority: Mapped[int]
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[JobState] = _state_column(JobState)
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     gpus: Mapped[int]
     memory_mib: Mapped[int | None]
@@ -64,7 +79,7 @@ class Attempt(Base):
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
     number: Mapped[int]
     node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id"), index=True)
-    state: Mapped[str] = mapped_column(String(16), index=True)
+    state: Mapped[AttemptState] = _state_column(AttemptState)
     reserved_mib: Mapped[int]
     placed_at: Mapped[datetime] = mapped_column(UtcDateTime())
     started_at: Mapped[datetime | None] = mapped_column(UtcDateTime())

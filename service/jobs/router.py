@@ -23,7 +23,7 @@ from service.deps import (
 from service.errors import ApiError, not_found
 from service.events.service import EventFilters, list_events
 from service.filters import JobFiltersDep
-from service.jobs import observations, service
+from service.jobs import lifecycle, observations, queries, submission
 from service.jobs.models import Job
 from service.jobs.schemas import (
     ExplanationRead,
@@ -36,7 +36,8 @@ from service.jobs.schemas import (
 )
 from service.logs import service as logs
 from service.logs.schemas import LogPage
-from service.scheduler.cycle import explain_job
+from service.scheduler.states import JobState
+from service.scheduling.views import explain_job
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 AdminDep = Annotated[Principal, Depends(allow())]
@@ -45,7 +46,7 @@ AdminDep = Annotated[Principal, Depends(allow())]
 def _visible_job(session: Session, job_id: int, caller: Principal) -> Job:
     """The job, if the caller may see it: admins see every job, users their own (to a
     user, another's job does not exist)."""
-    job = service.get(session=session, job_id=job_id)
+    job = queries.get(session=session, job_id=job_id)
     if caller.role != "admin" and job.owner != caller.name:
         raise not_found("job", job_id)
     return job
@@ -67,7 +68,7 @@ def submit_job(
     """Submit a job; replaying the same Idempotency-Key returns the first job (200)."""
 
     def create() -> tuple[Job, bool]:
-        return service.create(
+        return submission.create(
             session=session,
             job_in=job_in,
             owner=caller.name,
@@ -87,7 +88,7 @@ def submit_job(
         job, created = create()
     if not created:
         response.status_code = 200
-    return service.to_read(job)
+    return JobRead.model_validate(job)
 
 
 @router.get("", response_model=JobList)
@@ -101,22 +102,22 @@ def list_jobs(
     """Jobs, newest first: a user's own, or with an admin token everyone's."""
     if caller.role != "admin":
         filters = replace(filters, owner=caller.name)
-    jobs, total = service.list_jobs(session=session, filters=filters, limit=limit, offset=offset)
-    return service.to_list(jobs, total)
+    jobs, total = queries.list_jobs(session=session, filters=filters, limit=limit, offset=offset)
+    return JobList(jobs=[JobRead.model_validate(job) for job in jobs], total=total)
 
 
 @router.get("/{job_id}", response_model=JobRead)
 def get_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
     """One job with its attempts."""
-    return service.to_read(_visible_job(session, job_id, caller))
+    return JobRead.model_validate(_visible_job(session, job_id, caller))
 
 
 @router.post("/{job_id}/cancel", response_model=JobRead)
 def cancel_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
     """Cancel a pending job, or ask the agent to stop a placed or running one."""
-    job = service.cancel(session=session, job=_visible_job(session, job_id, caller))
+    job = lifecycle.cancel(session=session, job=_visible_job(session, job_id, caller))
     session.commit()
-    return service.to_read(job)
+    return JobRead.model_validate(job)
 
 
 @router.post("/{job_id}/priority", response_model=JobRead)
@@ -125,17 +126,17 @@ def set_priority(
 ) -> JobRead:
     """Change a job's priority (admins only: users set theirs at submission, up to their
     queue's maximum)."""
-    job = service.get(session=session, job_id=job_id)
-    service.set_priority(session=session, job=job, priority=body.priority, by=caller.name)
+    job = queries.get(session=session, job_id=job_id)
+    submission.set_priority(session=session, job=job, priority=body.priority, by=caller.name)
     session.commit()
-    return service.to_read(job)
+    return JobRead.model_validate(job)
 
 
 @router.post("/{job_id}/trust", response_model=TrustedPeaks)
 def trust_peaks(job_id: JobId, session: SessionDep, caller: AdminDep) -> TrustedPeaks:
     """Vouch for a job's observed peaks (admins only): until then they answer only for
     their owner's jobs, unless another owner's runs of the spec corroborate them."""
-    count = observations.trust(session=session, job=service.get(session=session, job_id=job_id))
+    count = observations.trust(session=session, job=queries.get(session=session, job_id=job_id))
     session.commit()
     return TrustedPeaks(job_id=job_id, trusted_peaks=count)
 
@@ -151,7 +152,7 @@ def explain(
     """Per candidate GPU, why a pending job does or does not fit there; for a job that
     was placed, where and why."""
     job = _visible_job(session, job_id, caller)
-    if job.state != "pending":
+    if job.state != JobState.PENDING:
         placed = list_events(
             session=session,
             filters=EventFilters(job_id=job_id, kind="job.placed"),
@@ -161,7 +162,6 @@ def explain(
         summary = placed[0].message if placed else "never placed"
         return ExplanationRead(job_id=job_id, state=job.state, summary=summary, gpus=[])
     explanation = explain_job(session, scheduler, job_id, estimator)
-    session.commit()  # estimates made for GPU models new to this job are kept
     return ExplanationRead(
         job_id=job_id,
         state=job.state,

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AliasPath, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from estimator.estimate import Estimate
 from estimator.spec import TrainingSpec
 from service.config import JOB_PRIORITY_RANGE
+from service.scheduler.states import AttemptState, JobState
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")]
 Argument = Annotated[str, StringConstraints(max_length=4096)]
@@ -55,19 +57,30 @@ class TrustedPeaks(BaseModel):
     trusted_peaks: int
 
 
+def _spec(key: str) -> AliasPath:
+    """Where a field the job was submitted with is read from (its stored spec)."""
+    return AliasPath("spec", key)
+
+
 class AttemptGpu(BaseModel):
-    uuid: str
-    index: int
-    model: str
+    """One GPU of an attempt, read from its allocation."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    uuid: str = Field(validation_alias=AliasPath("gpu", "uuid"))
+    index: int = Field(validation_alias=AliasPath("gpu", "index"))
+    model: str = Field(validation_alias=AliasPath("gpu", "model"))
     reserved_mib: int
     used_mib: int | None = None  # what the attempt was last seen using on this GPU
 
 
 class AttemptRead(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     number: int
-    state: str
-    node: str
-    gpus: list[AttemptGpu]
+    state: AttemptState
+    node: str = Field(validation_alias=AliasPath("node", "name"))
+    gpus: list[AttemptGpu] = Field(validation_alias="allocations")
     reserved_mib: int
     placed_at: datetime
     started_at: datetime | None
@@ -76,21 +89,30 @@ class AttemptRead(BaseModel):
     reason: str | None
     peak_mib: int | None
 
+    @field_validator("gpus")
+    @classmethod
+    def _by_index(cls, gpus: list[AttemptGpu]) -> list[AttemptGpu]:
+        return sorted(gpus, key=lambda gpu: gpu.index)
+
 
 class JobRead(BaseModel):
+    """The API view of a job, its attempts and their GPUs (`JobRead.model_validate(job)`)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
     id: int
     name: str
     owner: str
     queue: str
     priority: int
-    state: str
-    command: list[str]
+    state: JobState
+    command: list[str] = Field(validation_alias=_spec("command"))
     gpus: int
-    gpu_models: list[str] | None
+    gpu_models: list[str] | None = Field(default=None, validation_alias=_spec("gpu_models"))
     memory_mib: int | None
     reservation_floor_mib: int | None
     max_attempts: int
-    preemptible: bool
+    preemptible: bool = Field(default=False, validation_alias=_spec("preemptible"))
     cancel_requested: bool
     not_before: datetime | None
     exit_code: int | None
@@ -101,6 +123,13 @@ class JobRead(BaseModel):
     attempts: list[AttemptRead]
     estimates: list[Estimate]
     spec: dict[str, Any]  # the job as submitted (GPU model names made canonical)
+
+    @field_validator("estimates", mode="before")
+    @classmethod
+    def _by_model(cls, stored: Iterable[Any]) -> list[Estimate]:
+        """The job's estimate rows as the estimator's answers, by GPU model."""
+        estimates = [Estimate.model_validate(row, from_attributes=True) for row in stored]
+        return sorted(estimates, key=lambda estimate: estimate.gpu_model)
 
 
 class JobList(BaseModel):
@@ -124,6 +153,6 @@ class ExplanationRead(BaseModel):
     """Why a job waits (every GPU, with numbers), or where and why it was placed."""
 
     job_id: int
-    state: str
+    state: JobState
     summary: str
     gpus: list[GpuVerdictRead]

@@ -4,7 +4,8 @@ cluster and the numbers are the admin API's numbers."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import get_args
+from enum import StrEnum
+from typing import TypeVar
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -21,11 +22,16 @@ from service.config import Settings
 from service.estimates import accuracy
 from service.estimates.accuracy import RATIO_BUCKETS, AccuracyFilters
 from service.estimates.service import active_version, versions
-from service.filters import JobState
-from service.jobs.models import ACTIVE_ATTEMPT_STATES, Attempt, Job
+from service.jobs.models import Attempt, Job
+from service.scheduler.states import (
+    ACTIVE_ATTEMPT_STATES,
+    RETRIED_ATTEMPT_STATES,
+    AttemptState,
+    JobState,
+)
 
 MIB = 1024 * 1024
-JOB_STATES: tuple[str, ...] = get_args(JobState)
+State = TypeVar("State", bound=StrEnum)
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
 
 
@@ -51,15 +57,17 @@ def _gpu_metrics(session: Session, settings: Settings) -> Iterator[Metric]:
             labels = [node.name, str(gpu.index), gpu.uuid, gpu.model]
             memory["total"].add_metric(labels, gpu.memory_total_mib * MIB)
             memory["reserved"].add_metric(labels, gpu.memory_reserved_mib * MIB)
-            memory["used"].add_metric(labels, gpu.memory_used_mib * MIB)
+            if gpu.memory_used_mib is not None:  # unreadable: no sample rather than 0
+                memory["used"].add_metric(labels, gpu.memory_used_mib * MIB)
             memory["foreign"].add_metric(labels, gpu.memory_foreign_mib * MIB)
             jobs.add_metric(labels, len(gpu.allocations))
             healthy.add_metric(labels, 1.0 if gpu.healthy else 0.0)
-            busy.add_metric(labels, gpu.utilization_pct / 100)
+            if gpu.utilization_pct is not None:
+                busy.add_metric(labels, gpu.utilization_pct / 100)
     yield from (*memory.values(), jobs, healthy, busy, node_up)
 
 
-def _count_by(session: Session, column: Mapped[str]) -> dict[str, int]:
+def _count_by(session: Session, column: Mapped[State]) -> dict[State, int]:
     return {
         key: count for key, count in session.execute(select(column, func.count()).group_by(column))
     }
@@ -68,7 +76,7 @@ def _count_by(session: Session, column: Mapped[str]) -> dict[str, int]:
 def _job_metrics(session: Session) -> Iterator[Metric]:
     by_state = _count_by(session, Job.state)
     queue = GaugeMetricFamily("colloc_jobs", "Jobs by state.", labels=["state"])
-    for state in JOB_STATES:
+    for state in JobState:
         queue.add_metric([state], by_state.get(state, 0))
     attempts = _count_by(session, Attempt.state)
     yield queue
@@ -76,12 +84,14 @@ def _job_metrics(session: Session) -> Iterator[Metric]:
         "colloc_placements", "Attempts placed on GPUs.", value=sum(attempts.values())
     )
     ended = CounterMetricFamily("colloc_attempts_ended", "Attempts ended.", labels=["outcome"])
-    for state, count in sorted(attempts.items()):
-        if state not in ACTIVE_ATTEMPT_STATES:
-            ended.add_metric([state], count)
+    for outcome, count in sorted(attempts.items()):
+        if outcome not in ACTIVE_ATTEMPT_STATES:
+            ended.add_metric([outcome], count)
     yield ended
     yield CounterMetricFamily(
-        "colloc_ooms", "Attempts that ran out of GPU memory.", value=attempts.get("oom", 0)
+        "colloc_ooms",
+        "Attempts that ran out of GPU memory.",
+        value=attempts.get(AttemptState.OOM, 0),
     )
     following = aliased(Attempt)
     retried = session.execute(
@@ -90,7 +100,7 @@ def _job_metrics(session: Session) -> Iterator[Metric]:
             following,
             (following.job_id == Attempt.job_id) & (following.number == Attempt.number + 1),
         )
-        .where(Attempt.state.in_(("oom", "lost")))
+        .where(Attempt.state.in_(RETRIED_ATTEMPT_STATES))
         .group_by(Attempt.state)
     )
     retries = CounterMetricFamily(

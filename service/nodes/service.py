@@ -18,8 +18,9 @@ from service.config import Settings
 from service.db import utcnow
 from service.errors import ApiError, not_found
 from service.events.service import record
-from service.jobs import service as jobs
-from service.jobs.models import ACTIVE_ATTEMPT_STATES, Allocation, Attempt, Job
+from service.jobs import lifecycle as jobs
+from service.jobs.models import Allocation, Attempt, Job
+from service.scheduler.states import ACTIVE_ATTEMPT_STATES
 from service.logs import service as logs
 from service.nodes.models import Gpu, Node
 from service.nodes.schemas import (

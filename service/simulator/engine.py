@@ -2,8 +2,8 @@
 
 Each scheduling cycle hands `Scheduler.place` (the service's own pure core) a Snapshot
 of the simulated cluster, as the service does from its database, and starts what the
-plan places. Running jobs reserve, grow and shrink by the service's reservation rules
-(`service/scheduler/reservations.py`); an OOM is retried as the service retries one.
+plan places. Running jobs reserve, grow and shrink, and a job whose attempt ends is
+done, failed or retried, by the service's own rules (`service/scheduler/lifecycle.py`).
 
 The physics, and where each part comes from:
 - a job reaches its true peak memory `ramp_s` after it starts (half its run, if
@@ -27,13 +27,15 @@ import numpy as np
 
 from service.scheduler.admission import can_ever_fit
 from service.scheduler.framework import SchedulerConfig
-from service.scheduler.placement import Scheduler
-from service.scheduler.reservations import (
+from service.scheduler.lifecycle import (
+    Ending,
+    GpuHeld,
+    JobHistory,
     ReservationRules,
     followed_reservation,
-    oom_retry_floor,
-    retry_backoff_s,
+    settle,
 )
+from service.scheduler.placement import Scheduler
 from service.scheduler.snapshot import (
     GpuView,
     NodeView,
@@ -43,6 +45,7 @@ from service.scheduler.snapshot import (
     pending_job,
     room_by_model,
 )
+from service.scheduler.states import AttemptState, JobState
 from service.simulator.cluster import SimNode
 from service.simulator.policies import Demand, Policy
 from service.simulator.traces import Sharing
@@ -107,6 +110,7 @@ class _Job:
     demand: Demand
     pending_since: float
     tries: int = 0
+    ended: list[AttemptState] = field(default_factory=list)  # how its attempts ended
     floor_mib: int = 0
     not_before_s: float | None = None
     queued_s: float = 0.0
@@ -496,37 +500,26 @@ class Simulation:
             self._want_cycle()
 
     def _oom(self, attempt: _Attempt, gpu: _Gpu) -> None:
-        """The attempt dies; as the service does, retry it with a floor above what it
-        could have had, after a back-off, if some GPU it may use can hold that."""
-        state = self.states[attempt.job.id]
+        """The attempt dies of an OOM on `gpu`, its GPU time lost; the service's rules
+        decide whether the job retries."""
         self.ooms += 1
         self.lost_gpu_s += (self.now - attempt.started_s) * len(attempt.gpu_ids)
-        neighbours = gpu.reserved_mib - attempt.reserved_mib[gpu.id]
         held = gpu.memory_mib - gpu.used_mib  # what the agent saw it hold as it died
-        floor = oom_retry_floor(
-            self.settings.rules,
+        ending = Ending(
+            AttemptState.OOM,
+            reason=None,
             reserved_mib=max(attempt.reserved_mib.values()),
             peak_mib=held,
-            available_mib=gpu.memory_mib - neighbours,
+            gpus=[self._held(attempt, self.gpus[gpu_id]) for gpu_id in attempt.gpu_ids],
         )
         self._release(attempt)
         self.policy.observe_oom(attempt.job, gpu.model, held)
-        state.floor_mib = max(state.floor_mib, floor)
-        allowed = state.demand.gpu_models
-        room = max(
-            memory for model, memory in self.models.items() if allowed is None or model in allowed
-        )
-        if (
-            state.tries >= self.settings.max_attempts
-            or room - self.settings.scheduler.headroom_mib < state.floor_mib
-        ):
-            self.failed.add(attempt.job.id)
-            return
-        state.not_before_s = self.now + retry_backoff_s(self.settings.rules, state.tries)
-        state.view = None
-        state.pending_since = self.now
-        self.pending[attempt.job.id] = state
-        self._push(state.not_before_s, WAKE, attempt.job.id)
+        self._settle(self.states[attempt.job.id], ending)
+
+    @staticmethod
+    def _held(attempt: _Attempt, gpu: _Gpu) -> GpuHeld:
+        neighbours = gpu.reserved_mib - attempt.reserved_mib[gpu.id]
+        return GpuHeld(gpu.memory_mib, foreign_mib=0, neighbours_mib=neighbours)
 
     def _finish(self, job_id: int, version: int) -> None:
         attempt = self.running.get(job_id)
@@ -537,9 +530,47 @@ class Simulation:
             self._push(self.now, FINISH, job_id, version)
             return
         self._release(attempt)
-        self.finished_s[job_id] = self.now
         gpu = self.gpus[attempt.gpu_ids[0]]
-        self.policy.observe(attempt.job, gpu.model, attempt.job.true_peak_mib[gpu.model])
+        peak = attempt.job.true_peak_mib[gpu.model]
+        self.policy.observe(attempt.job, gpu.model, peak)
+        ending = Ending(
+            AttemptState.SUCCEEDED,
+            reason=None,
+            reserved_mib=max(attempt.reserved_mib.values()),
+            peak_mib=peak,
+            gpus=[self._held(attempt, self.gpus[gpu_id]) for gpu_id in attempt.gpu_ids],
+        )
+        self._settle(self.states[job_id], ending)
+
+    def _settle(self, state: _Job, ending: Ending) -> None:
+        """What the service decides for a job whose attempt ended: done, failed, or
+        pending again with a floor after a back-off."""
+        job = state.job
+        decision = settle(
+            self.settings.rules,
+            ending=ending,
+            job=JobHistory(
+                gpus=job.gpus,
+                gpu_models=state.demand.gpu_models,
+                max_attempts=self.settings.max_attempts,
+                floor_mib=state.floor_mib or None,
+                earlier=tuple(state.ended),
+            ),
+            cluster=self.cluster,
+            headroom_mib=self.settings.scheduler.headroom_mib,
+        )
+        state.ended.append(ending.outcome)
+        state.floor_mib = decision.floor_mib or 0
+        if decision.job_state == JobState.SUCCEEDED:
+            self.finished_s[job.id] = self.now
+        elif decision.job_state != JobState.PENDING:
+            self.failed.add(job.id)
+        else:
+            state.not_before_s = self.now + (decision.backoff_s or 0.0)
+            state.view = None
+            state.pending_since = self.now
+            self.pending[job.id] = state
+            self._push(state.not_before_s, WAKE, job.id)
 
     # results
 

@@ -18,6 +18,7 @@ from service.db import transaction, utcnow
 from service.jobs.models import Attempt, Job, Observation
 from service.nodes.models import Gpu
 from service.scheduler.placement import Scheduler
+from service.scheduler.states import JobState
 from tests.conftest import register_node, submit
 from tests.service.test_lifecycle import GPU0, beat, cycle, exited, job_of, running
 
@@ -170,7 +171,7 @@ def test_learning_skips_an_observation_of_a_stale_spec(client: TestClient) -> No
     with transaction(state.sessions) as session:  # it ran once, under an older server
         job = session.get(Job, stale)
         assert job is not None
-        job.state = "succeeded"
+        job.state = JobState.SUCCEEDED
         attempt = Attempt(
             job_id=stale,
             number=1,

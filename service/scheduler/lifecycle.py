@@ -1,0 +1,172 @@
+"""What happens once a job's attempt runs and ends: its reservation follows what it uses,
+and its end decides the job's next state (done, failed, or waiting again with a floor
+and a back-off). Pure, so the service (`service/jobs/lifecycle.py`) and the trace-driven
+simulator apply exactly the same rules.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from service.scheduler.admission import can_ever_fit
+from service.scheduler.states import RETRIED_ATTEMPT_STATES, AttemptState, JobState
+
+
+@dataclass(frozen=True)
+class ReservationRules:
+    """The settings these rules read (service/config.py documents each)."""
+
+    margin: float = 0.10  # reservation_margin
+    stable_s: float = 120.0  # reservation_stable_s
+    oom_factor: float = 1.2  # oom_reservation_factor
+    oom_backoff_s: float = 10.0  # oom_backoff_s
+
+
+def followed_reservation(
+    rules: ReservationRules, *, used_mib: int, reserved_mib: int, steady_s: float
+) -> int | None:
+    """The new reservation of a running job that peaked at `used_mib`, or None to keep it.
+
+    It grows at once when the job passes it, and shrinks to the peak plus the margin once
+    that peak has held for `stable_s`, so packing improves as jobs reveal themselves.
+    """
+    target = math.ceil(round(used_mib * (1 + rules.margin), 6))
+    if used_mib > reserved_mib:
+        return target
+    if steady_s >= rules.stable_s and target < reserved_mib:
+        return target
+    return None
+
+
+def oom_retry_floor(
+    rules: ReservationRules, *, reserved_mib: int, peak_mib: int, available_mib: int
+) -> int:
+    """The least a retry after an OOM reserves per GPU: more than the attempt needed, and
+    a CUDA OOM means it needed more than it reserved, reached or could have had."""
+    return math.ceil(max(reserved_mib, peak_mib, available_mib) * rules.oom_factor)
+
+
+def retry_backoff_s(rules: ReservationRules, failures: int) -> float:
+    """The wait before a retry, doubling with each failed attempt."""
+    return float(rules.oom_backoff_s * 2.0 ** (failures - 1))
+
+
+def ended_as(
+    outcome: AttemptState, *, preempt_requested: bool, cancel_requested: bool
+) -> AttemptState:
+    """How an attempt ended: one that was asked to stop and did not succeed ended
+    preempted (the scheduler asked) or cancelled (its user asked)."""
+    if outcome == AttemptState.SUCCEEDED:
+        return outcome
+    if preempt_requested:
+        return AttemptState.PREEMPTED
+    if cancel_requested:
+        return AttemptState.CANCELLED
+    return outcome
+
+
+@dataclass(frozen=True)
+class GpuHeld:
+    """One GPU an attempt held as it ended."""
+
+    memory_total_mib: int
+    foreign_mib: int  # used by processes that are not jobs
+    neighbours_mib: int  # reserved by the other jobs on it
+
+
+@dataclass(frozen=True)
+class Ending:
+    """An attempt that ended, as observed."""
+
+    outcome: AttemptState  # as `ended_as` tells it
+    reason: str | None  # the agent's (or the server's) word on why
+    reserved_mib: int  # its reservation per GPU (the largest)
+    peak_mib: int  # the most it was seen to use on one GPU
+    gpus: Sequence[GpuHeld]
+
+
+@dataclass(frozen=True)
+class JobHistory:
+    """What the rules read of the job the attempt belongs to."""
+
+    gpus: int
+    gpu_models: Collection[str] | None  # the models it may run on (None: any)
+    max_attempts: int
+    floor_mib: int | None  # no attempt reserves less per GPU (after an OOM)
+    earlier: Sequence[AttemptState]  # how its earlier attempts ended
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What becomes of the job."""
+
+    job_state: JobState  # PENDING: it waits to run again
+    reason: str | None
+    floor_mib: int | None  # its reservation floor from now on
+    backoff_s: float | None  # it waits this long before its next attempt (None: no wait)
+
+
+def settle(
+    rules: ReservationRules,
+    *,
+    ending: Ending,
+    job: JobHistory,
+    cluster: Sequence[tuple[int, str, int]],
+    headroom_mib: int,
+) -> Decision:
+    """The job's next state once `ending` closed its attempt on `cluster` ((node id,
+    GPU model, memory MiB) per GPU).
+
+    A preempted attempt sends the job back to the queue. An `oom` or `lost` attempt is
+    retried while the job's attempt budget lasts (preempted attempts do not count),
+    after a back-off that doubles with each failure; after an OOM no later attempt
+    reserves less than the factor times what this one needed, and a job no node could
+    give that much on as many GPUs as it needs fails instead of waiting for ever.
+    """
+    outcome = ending.outcome
+    if outcome == AttemptState.PREEMPTED:
+        return Decision(JobState.PENDING, "preempted; waiting to run again", job.floor_mib, None)
+    ended = [*job.earlier, outcome]
+    tries = sum(1 for state in ended if state != AttemptState.PREEMPTED)
+    if outcome not in RETRIED_ATTEMPT_STATES or tries >= job.max_attempts:
+        return Decision(JobState(outcome), ending.reason, job.floor_mib, None)
+    floor = job.floor_mib
+    if outcome == AttemptState.OOM:
+        floor = least = max(
+            oom_retry_floor(
+                rules,
+                reserved_mib=ending.reserved_mib,
+                peak_mib=ending.peak_mib,
+                available_mib=_available_mib(ending.gpus),
+            ),
+            floor or 0,
+        )
+        if not can_ever_fit(  # as admission asks it: a gang needs its GPUs on one node
+            gpus=job.gpus,
+            models=job.gpu_models,
+            cluster=cluster,
+            demand=lambda _model: least,
+            headroom_mib=headroom_mib,
+        ):
+            reason = (
+                f"needs at least {least} MiB on each of {job.gpus} GPU(s) of one node, "
+                "more than any eligible GPU has on a node with that many"
+            )
+            return Decision(JobState.OOM, reason, floor, None)
+        why = f"requeued with at least {least} MiB per GPU"
+    else:
+        why = "requeued after the attempt was lost"
+    failures = sum(1 for state in ended if state in RETRIED_ATTEMPT_STATES)
+    backoff = retry_backoff_s(rules, failures)
+    reason = f"{why}, not before {backoff:g} s (attempt {tries + 1} of {job.max_attempts})"
+    return Decision(JobState.PENDING, reason, floor, backoff)
+
+
+def _available_mib(gpus: Sequence[GpuHeld]) -> int:
+    """What the attempt could have had on its tightest GPU: a CUDA OOM means it needed
+    more (capacity less foreign memory and its neighbours' reservations)."""
+    return min(
+        (gpu.memory_total_mib - gpu.foreign_mib - gpu.neighbours_mib for gpu in gpus), default=0
+    )
