@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, selectinload
 
 from service.auth.accounts import account_for
 from service.config import Settings
-from service.db import utcnow
+from service.db import lock_placements, utcnow
 from service.errors import ApiError, not_found
 from service.events.service import record
 from service.jobs import lifecycle as jobs
@@ -34,7 +34,6 @@ from service.nodes.schemas import (
     NodeRegister,
     Notice,
 )
-from service.scheduler.cycle import lock_placements
 
 
 def _reject_duplicates(uuids: list[str]) -> None:
