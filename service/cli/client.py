@@ -24,7 +24,7 @@ from service.cli.output import (
     watching,
 )
 from service.deps import MAX_ID
-from service.scheduler.states import FINAL_JOB_STATES
+from service.scheduler.states import ENDED_ATTEMPT_STATES, FINAL_JOB_STATES
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 NO_TOKEN = (
@@ -184,9 +184,6 @@ def run_show(args: argparse.Namespace) -> int:
         return 0
 
     return watching(args, render, ended=lambda: state in FINAL_JOB_STATES)
-
-
-ENDED_ATTEMPT_STATES = {*FINAL_JOB_STATES, "preempted"}
 
 
 def _log_page(args: argparse.Namespace, params: dict[str, Any]) -> dict[str, Any]:

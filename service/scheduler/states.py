@@ -38,3 +38,4 @@ FINAL_JOB_STATES = (
 )
 # attempts that failed for want of memory or of their node: the job may try again
 RETRIED_ATTEMPT_STATES = (AttemptState.OOM, AttemptState.LOST)
+ENDED_ATTEMPT_STATES = tuple(state for state in AttemptState if state not in ACTIVE_ATTEMPT_STATES)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from fastapi.testclient import TestClient
@@ -111,6 +112,16 @@ def test_health_dashboard_and_openapi(client: TestClient) -> None:
     assert "Colloc" in page.text and page.headers["content-type"].startswith("text/html")
     assets = re.findall(r'(?:src|href)="(/static/[^"]+)"', page.text)
     assert sorted(assets) == ["/static/app.js", "/static/charts.js", "/static/style.css"]
+    # the page's JavaScript lists states as the server defines them, before app.js runs
+    assert page.text.index('src="/states.js"') < page.text.index('src="/static/app.js"')
+    script = client.get("/states.js")
+    assert script.headers["content-type"].startswith("text/javascript")
+    lists = json.loads(script.text.removeprefix("const STATES = Object.freeze(").strip()[:-2])
+    assert lists == {
+        "job": ["pending", "placed", "running", "succeeded", "failed", "oom", "cancelled", "lost"],
+        "jobEnded": ["succeeded", "failed", "oom", "cancelled", "lost"],
+        "attemptEnded": ["succeeded", "failed", "oom", "cancelled", "lost", "preempted"],
+    }
     for asset in assets:
         response = client.get(asset)
         assert response.status_code == 200, asset

@@ -5,7 +5,7 @@ const REFRESH_MS = 2000;
 const PAGE = 50;
 const PENDING_SHOWN = 10;  // the head of the queue on the cluster page
 const LOG_TAIL = 64 * 1024;
-const JOB_STATES = ["pending", "placed", "running", "succeeded", "failed", "oom", "cancelled", "lost"];
+// STATES (job, jobEnded, attemptEnded): the server's state lists, from /states.js
 // [value, label] pairs (object keys that look like numbers would be reordered)
 const WINDOWS = [["", "any time"], ["1", "last hour"], ["24", "last 24 h"], ["168", "last 7 days"]];
 const anyOf = (values, label) => [["", label], ...values.map((v) => [v, v])];
@@ -197,7 +197,7 @@ const jobs = {
     root.append(h("h2", {}, "Jobs"), models, body, pager);
     gpuModels().then((known) => {
       models.replaceWith(filterForm([
-        { name: "state", label: "state", options: anyOf(JOB_STATES, "any") },
+        { name: "state", label: "state", options: anyOf(STATES.job, "any") },
         { name: "owner", label: "user", placeholder: "any" },
         { name: "queue", label: "queue", placeholder: "any" },
         { name: "gpu_model", label: "GPU model (ran on)", options: anyOf(known, "any") },
@@ -250,7 +250,7 @@ const job = {
       h("h2", {}, "Spec"), parts.spec));
     return async () => {
       const [j, events, names] = await Promise.all([api(`/v1/jobs/${id}`), api("/v1/admin/events", { job_id: id, limit: 500 }), nodeNames()]);
-      const cancel = ["succeeded", "failed", "oom", "cancelled", "lost"].includes(j.state) ? null :
+      const cancel = STATES.jobEnded.includes(j.state) ? null :
         h("button", { type: "button", onclick: async () => { if (confirm(`Cancel job ${id}?`)) await api(`/v1/jobs/${id}/cancel`, {}, { method: "POST" }).catch((e) => alert(e.message)); } }, "cancel job");
       parts.head.replaceChildren(h("h2", {}, h("a", { href: "#/jobs" }, "Jobs"), ` › #${j.id} ${j.name} `, h("span", { id: "job-state" }, badge(j.state)), " ", cancel));
       parts.summary.replaceChildren(table(["user", "queue", "priority", "GPUs", "GPU models", "memory claim MiB", "attempts", "submitted", "finished", "reason"], [h("tr", {},
@@ -277,7 +277,7 @@ const job = {
       }
       if (logChoice.attempt) {
         const page = await logTail(id, logChoice.attempt, logChoice.stream).catch((e) => ({ text: e.message }));
-        const ended = ["succeeded", "failed", "oom", "cancelled", "lost", "preempted"].includes(page.attempt_state);
+        const ended = STATES.attemptEnded.includes(page.attempt_state);
         const none = ended ? `(attempt ${logChoice.attempt} wrote nothing to ${logChoice.stream})` : "(no output yet)";
         parts.logs.replaceChildren(h("pre", { id: "job-log" }, page.text || none));
       } else {
