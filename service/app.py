@@ -9,6 +9,7 @@ from anyio import to_thread
 from fastapi import FastAPI
 from sqlalchemy import text
 
+from service import api_docs
 from service.admin.router import router as admin_router
 from service.auth.router import router as accounts_router
 from service.body_limit import BodyLimit
@@ -68,7 +69,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 worker.stop()
             engine.dispose()
 
-    app = FastAPI(title="Colloc", version=VERSION, lifespan=lifespan)
+    # docs pages from packaged files (api_docs), not FastAPI's CDN ones
+    app = FastAPI(title="Colloc", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.settings = settings
     app.state.sessions = sessions
     app.state.estimator_state = estimator_state
@@ -89,6 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics_router, responses=ERROR_RESPONSES)
     app.include_router(dashboard_router)
     app.mount("/static", static_files, name="static")
+    api_docs.install(app)
 
     @app.get("/healthz", tags=["health"])
     def healthz(session: SessionDep) -> dict[str, str]:
