@@ -16,11 +16,11 @@ from service.scheduling.snapshot_reader import SnapshotRows
 def write_plan(session: Session, rows: SnapshotRows, plan: Plan) -> None:
     """Commit `plan`, made from `rows`, inside the caller's transaction (which holds the
     placement lock the snapshot was read under)."""
-    for job, problem in rows.unschedulable.values():
-        if problem.for_good:
-            jobs.fail_unschedulable(session=session, job=job, problem=problem.problem)
+    for left_out in rows.unschedulable.values():
+        if left_out.for_good:
+            jobs.fail_unschedulable(session=session, job=left_out.job, problem=left_out.problem)
         else:
-            jobs.hold_unschedulable(session=session, job=job, problem=problem.problem)
+            jobs.hold_unschedulable(session=session, job=left_out.job, problem=left_out.problem)
     for job_id, estimates in rows.new_estimates.items():
         store_estimates(session, rows.jobs[job_id], estimates)
     for placement in plan.placements:

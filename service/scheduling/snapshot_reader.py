@@ -39,10 +39,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Unschedulable:
-    """Why a waiting job was left out of the snapshot. `for_good`: its spec is at fault
+    """A waiting job left out of the snapshot, and why. `for_good`: its spec is at fault
     (stored before it could be refused), so it fails; otherwise the server met an
     unexpected error on it (a fix or a restart may cure), so it waits."""
 
+    job: Job
     problem: str
     for_good: bool
 
@@ -56,7 +57,7 @@ class SnapshotRows:
     jobs: dict[int, Job]  # the waiting jobs in the snapshot, by id
     gpus: dict[int, Gpu]
     new_estimates: dict[int, dict[str, Estimate]]  # by job id, then GPU model
-    unschedulable: dict[int, tuple[Job, Unschedulable]]
+    unschedulable: dict[int, Unschedulable]  # by job id
 
 
 def _missing_estimates(estimator: Estimator, job: Job, models: list[str]) -> dict[str, Estimate]:
@@ -165,7 +166,7 @@ def read_snapshot(
     views: list[PendingJob] = []
     placeable: dict[int, Job] = {}
     new_estimates: dict[int, dict[str, Estimate]] = {}
-    unschedulable: dict[int, tuple[Job, Unschedulable]] = {}
+    unschedulable: dict[int, Unschedulable] = {}
     for job in waiting:
         try:
             made = _missing_estimates(estimator, job, models) if estimator is not None else {}
@@ -174,10 +175,10 @@ def read_snapshot(
         except (OperationalError, InterfaceError):
             raise  # the database, not the job: the cycle is retried
         except (ApiError, ValidationError) as exc:
-            unschedulable[job.id] = (job, Unschedulable(str(exc), for_good=True))
+            unschedulable[job.id] = Unschedulable(job, str(exc), for_good=True)
             continue
         except Exception as exc:
-            unschedulable[job.id] = (job, Unschedulable(repr(exc), for_good=False))
+            unschedulable[job.id] = Unschedulable(job, repr(exc), for_good=False)
             log.exception("job %d left out of the snapshot", job.id)
             continue
         placeable[job.id] = job

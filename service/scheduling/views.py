@@ -29,6 +29,6 @@ def explain_job(
         return scheduler.explain(rows.snapshot, job_id)
     if job_id not in rows.unschedulable:  # placed or ended since the caller looked
         return Explanation(job_id, "no longer waiting", ())
-    _job, why = rows.unschedulable[job_id]
+    why = rows.unschedulable[job_id]
     fate = "cannot be scheduled" if why.for_good else "the scheduler cannot handle it now"
     return Explanation(job_id, f"{fate}: {why.problem}", ())

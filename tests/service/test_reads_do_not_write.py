@@ -65,6 +65,6 @@ def test_reading_a_snapshot_writes_nothing(client: TestClient) -> None:
         assert not (session.new or session.dirty or session.deleted)
         assert session.scalar(select(func.count()).select_from(JobEstimate)) == 0
         assert list(rows.new_estimates) == [good] and list(rows.new_estimates[good]) == [T4]
-        assert list(rows.unschedulable) == [stale] and rows.unschedulable[stale][1].for_good
+        assert list(rows.unschedulable) == [stale] and rows.unschedulable[stale].for_good
         assert session.get(Job, stale).state == "pending"  # type: ignore[union-attr]
     assert _database(client)["estimates"] == 0
