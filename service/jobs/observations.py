@@ -21,6 +21,7 @@ from service.auth.models import ApiToken
 from service.config import Settings
 from service.events.service import record
 from service.jobs.models import Attempt, Job, Observation
+from service.scheduler.states import AttemptState
 
 # the column that holds why a peak is not learned from (models.Observation.doubt)
 DOUBT_MAX_CHARS = 256
@@ -48,14 +49,14 @@ def _weights_mib(job: Job) -> float | str:
 
 
 def _doubt(
-    outcome: str, peak_mib: int, ran_s: float, weights: Callable[[], float | str]
+    outcome: AttemptState, peak_mib: int, ran_s: float, weights: Callable[[], float | str]
 ) -> str | None:
     """Why this peak is not one to learn from, or None. An OOM's peak only says the
     architecture needs more (it widens a bound, never lowers one): any non-zero one
     counts; other endings teach nothing."""
-    if outcome == "oom":
+    if outcome == AttemptState.OOM:
         return None if peak_mib > 0 else "no GPU memory was seen in use"
-    if outcome != "succeeded":
+    if outcome != AttemptState.SUCCEEDED:
         return f"the attempt ended {outcome}"
     held = weights()
     if isinstance(held, str):
@@ -67,7 +68,7 @@ def store(
     *,
     session: Session,
     attempt: Attempt,
-    outcome: str,
+    outcome: AttemptState,
     peak_mib_by_gpu: dict[str, int],
     now: datetime,
     finished_at: datetime,
@@ -103,7 +104,7 @@ def store(
                 trusted=bool(trusted),
             )
         )
-        if doubt is not None and outcome == "succeeded" and job.spec.get("training"):
+        if doubt is not None and outcome == AttemptState.SUCCEEDED and job.spec.get("training"):
             record(
                 session=session,
                 kind="job.observation_doubted",
