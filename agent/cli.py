@@ -58,6 +58,7 @@ FLAGS = (
     "enforcement_tolerance",
     "xid_quarantine_s",
     "stop_jobs_on_exit",
+    "stop_adopted_jobs_on_exit",
     "run_jobs_as",
     "allow_root_jobs",
     "min_job_uid",
@@ -104,6 +105,7 @@ def run_agent(args: argparse.Namespace) -> int:
                 enforcement=settings.enforcement_rules(),
                 xid_quarantine_s=settings.xid_quarantine_s,
                 stop_jobs_on_exit=settings.stop_jobs_on_exit,
+                stop_adopted_jobs_on_exit=settings.stop_adopted_jobs_on_exit,
                 identity=identity,
                 work_dir=settings.work_path(name),
                 gpu_confinement=settings.gpu_confinement,
@@ -201,7 +203,15 @@ def add_commands(commands: Any) -> None:
         "--stop-jobs-on-exit",
         action="store_true",
         default=None,
-        help="stop the jobs when the agent stops (default: they keep running)",
+        help="stop the jobs this agent started when it stops, to be run again "
+        "(default: they keep running)",
+    )
+    agent.add_argument(
+        "--stop-adopted-jobs-on-exit",
+        action="store_true",
+        default=None,
+        help="also stop the jobs it took over from an earlier agent process "
+        "(default: they keep running)",
     )
     agent.add_argument(
         "--run-jobs-as",

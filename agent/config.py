@@ -43,7 +43,8 @@ class AgentSettings(BaseModel):
     enforcement: Literal["warn", "kill"] = "warn"
     enforcement_tolerance: float = Field(default=0.10, ge=0, le=10)
     xid_quarantine_s: float = Field(default=600.0, ge=0)
-    stop_jobs_on_exit: bool = False
+    stop_jobs_on_exit: bool = False  # stop the jobs this agent process launched
+    stop_adopted_jobs_on_exit: bool = False  # and those an earlier one left running
     run_jobs_as: RunJobsAs = "owner"  # owner: switch to each job's account (needs root)
     allow_root_jobs: bool = False
     min_job_uid: int = Field(default=MIN_JOB_UID, ge=1)  # system accounts below: refused

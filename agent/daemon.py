@@ -26,6 +26,7 @@ from agent.client import SchedulerClient, ServerError
 from agent.dirs import PRIVATE, TRAVERSE_ONLY, own_dir
 from agent.enforcement import Enforcement
 from agent.health import HealthTracker
+from agent.instance_lock import DirectoryLock
 from agent.job import JobProcess, RunStore
 from agent.launcher import adopt, fail_at_start, kill, kill_if_overdue, launch, poll, terminate
 from agent.logship import HEARTBEAT_BYTES, chunks, drained
@@ -50,7 +51,8 @@ class AgentConfig:
     max_backoff_s: float = 30.0
     enforcement: Enforcement = field(default_factory=Enforcement)
     xid_quarantine_s: float = 600.0
-    stop_jobs_on_exit: bool = False
+    stop_jobs_on_exit: bool = False  # the jobs this agent process launched
+    stop_adopted_jobs_on_exit: bool = False  # those it took over from an earlier one
     identity: Identity = field(default_factory=Identity)  # whose account jobs run as
     work_dir: Path | None = None  # jobs' own directories; default: next to state_dir
     gpu_confinement: confinement.Policy = "stop"
@@ -68,6 +70,8 @@ class Agent:
         self.config = config
         # closed to jobs: run records hold every job's spec, logs every job's output
         own_dir(config.state_dir, PRIVATE)
+        # before adopting anything: one agent per state directory
+        self.lock = DirectoryLock(config.state_dir, "colloc agent", "--state-dir")
         own_dir(config.logs_dir, PRIVATE)
         self.work_dir = own_dir(config.work_path(), TRAVERSE_ONLY)
         self.store = RunStore(config.state_dir)
@@ -81,6 +85,7 @@ class Agent:
         self._unhealthy: dict[str, str | None] = {}
         self._failures = 0
         self.jobs: dict[tuple[int, int], JobProcess] = {}
+        self._adopted: set[tuple[int, int]] = set()
         self._recover()
 
     def _recover(self) -> None:
@@ -91,6 +96,7 @@ class Agent:
                 self.store.remove(job)
                 continue
             self.jobs[job.key] = job
+            self._adopted.add(job.key)
         if self.jobs:
             log.info("found %d job(s) from an earlier agent: %s", len(self.jobs), list(self.jobs))
 
@@ -312,21 +318,35 @@ class Agent:
             stop.wait(self.config.sample_interval_s)
 
     def shutdown(self) -> None:
-        """Leave the jobs running for the next agent process, or stop them all first."""
-        if not self.config.stop_jobs_on_exit:
-            running = sum(1 for job in self.jobs.values() if job.outcome is None)
-            log.info("agent stopping; %d job(s) keep running", running)
-            return
-        for job in self.jobs.values():
+        """Stop the jobs `stop_jobs_on_exit` (launched here) and `stop_adopted_jobs_on_exit`
+        (taken over from an earlier agent process) say to stop, leave the others running
+        for the next agent process, and let go of the state directory.
+
+        A job stopped here ends `lost`, so the server runs it again: nothing went wrong
+        with the job itself. The next agent process (or the node's lease) reports it."""
+        stopping = [job for job in self.jobs.values() if self._stops_on_exit(job)]
+        running = sum(1 for job in self.jobs.values() if job.outcome is None) - len(stopping)
+        log.info("agent stopping; %d job(s) stopped, %d keep running", len(stopping), running)
+        for job in stopping:
             terminate(job)
         deadline = time.monotonic() + self.config.kill_grace_s
-        while not all(poll(job) for job in self.jobs.values()):
+        while not all(poll(job) for job in stopping):
             if time.monotonic() >= deadline:
-                for job in self.jobs.values():
+                for job in stopping:
                     kill(job)
             time.sleep(0.1)
-        for job in self.jobs.values():
+        for job in stopping:
+            if job.outcome != "succeeded":
+                job.outcome, job.reason = "lost", "stopped as its agent shut down"
             self.store.save(job)
+        self.lock.release()
+
+    def _stops_on_exit(self, job: JobProcess) -> bool:
+        if job.outcome is not None or job.term_sent_at is not None or job.kill_sent:
+            return False  # ended, or already being stopped for a reason of its own
+        if job.key in self._adopted:
+            return self.config.stop_adopted_jobs_on_exit
+        return self.config.stop_jobs_on_exit
 
     def _heartbeat_once(self) -> float:
         """One heartbeat; the delay until the next one (backing off while failing)."""

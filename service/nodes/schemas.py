@@ -130,7 +130,7 @@ class AttemptReport(Strict):
     started_at: AwareDatetime | None = None
     finished_at: AwareDatetime | None = None
     exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
-    outcome: Literal["succeeded", "failed", "oom", "cancelled"] | None = None
+    outcome: Literal["succeeded", "failed", "oom", "cancelled", "lost"] | None = None
     reason: Annotated[str, BeforeValidator(_storable(4096))] | None = None
     peak_mib_by_gpu: dict[Uuid, MiB] = Field(default_factory=dict, max_length=64)
     current_mib_by_gpu: dict[Uuid, MiB] = Field(default_factory=dict, max_length=64)

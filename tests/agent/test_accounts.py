@@ -118,12 +118,16 @@ def test_an_account_the_node_does_not_know_fails_at_once(root: Path) -> None:
 @needs_root
 def test_root_is_refused_unless_the_admin_allows_it(root: Path) -> None:
     server = FakeServer()
-    _run(_agent(root, server, Identity("owner")), server, "root", ["/bin/true"])
+    agent = _agent(root, server, Identity("owner"))
+    _run(agent, server, "root", ["/bin/true"])
     assert server.reports[-1]["outcome"] == "failed"
     assert "refusing to run a job as root" in server.reports[-1]["reason"]
+    agent.shutdown()  # one agent per state directory: lets the next one in
     # an agent running jobs as itself, itself root, is refused the same way
-    _run(_agent(root, server, Identity("agent")), server, "", ["/bin/true"])
+    agent = _agent(root, server, Identity("agent"))
+    _run(agent, server, "", ["/bin/true"])
     assert "refusing to run a job as root" in server.reports[-1]["reason"]
+    agent.shutdown()
     out = _run(
         _agent(root, server, Identity("owner", allow_root_jobs=True)), server, "root", ["id", "-u"]
     )

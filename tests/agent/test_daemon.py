@@ -18,6 +18,7 @@ from agent.backends.simulated import SimulatedBackend
 from agent.cluster import parse_cluster
 from agent.daemon import Agent, AgentConfig
 from agent.enforcement import Enforcement
+from agent.instance_lock import DirectoryInUse
 
 SIMJOB = [sys.executable, "-m", "service.cli", "simjob"]
 
@@ -177,7 +178,7 @@ def test_a_new_agent_process_takes_up_the_running_job(tmp_path: Path) -> None:
     assign(first, server, 5, [*SIMJOB, "--peak-mib", "1500", "--seconds", "3"], 2000)
     step_until(first, server, lambda: bool(server.reports))
     pid = first.jobs[(5, 1)].pid
-    del first  # as if killed: nothing is shut down
+    first.lock.release()  # as if killed: the kernel drops its lock, nothing is shut down
     second = make_agent(tmp_path, server)
     assert list(second.jobs) == [(5, 1)] and second.jobs[(5, 1)].pid == pid
     step_until(second, server, lambda: not second.jobs)
@@ -185,7 +186,18 @@ def test_a_new_agent_process_takes_up_the_running_job(tmp_path: Path) -> None:
     assert final["outcome"] == "succeeded" and max(final["peak_mib_by_gpu"].values()) == 1500
 
 
-def test_shutdown_leaves_jobs_running_unless_told_to_stop_them(tmp_path: Path) -> None:
+def test_a_second_agent_on_one_state_directory_is_refused(tmp_path: Path) -> None:
+    server = FakeServer()
+    first = make_agent(tmp_path, server)
+    with pytest.raises(DirectoryInUse, match=rf"colloc agent \(pid {os.getpid()}\).*--state-dir"):
+        make_agent(tmp_path, server)
+    first.shutdown()  # lets go of the directory
+    make_agent(tmp_path, server).shutdown()
+
+
+def test_shutdown_stops_only_the_jobs_it_is_told_to_and_they_are_run_again(
+    tmp_path: Path,
+) -> None:
     server = FakeServer()
     agent = make_agent(tmp_path, server)
     assign(agent, server, 6, [*SIMJOB, "--peak-mib", "100", "--seconds", "30"], 200)
@@ -194,9 +206,26 @@ def test_shutdown_leaves_jobs_running_unless_told_to_stop_them(tmp_path: Path) -
     agent.shutdown()
     assert job.outcome is None and job.pid is not None
     os.kill(job.pid, 0)  # still there
-    stopper = make_agent(tmp_path, server, stop_jobs_on_exit=True)
+    # stop_jobs_on_exit is about the jobs an agent launched, not those it took over
+    adopter = make_agent(tmp_path, server, stop_jobs_on_exit=True)
+    adopter.shutdown()
+    assert adopter.jobs[(6, 1)].outcome is None
+    os.kill(job.pid, 0)
+    stopper = make_agent(tmp_path, server, stop_adopted_jobs_on_exit=True)
     stopper.shutdown()
-    assert stopper.jobs[(6, 1)].outcome == "cancelled"
+    assert stopper.jobs[(6, 1)].outcome == "lost"
+
+
+def test_a_job_its_agent_stops_on_exit_is_reported_lost(tmp_path: Path) -> None:
+    server = FakeServer()
+    agent = make_agent(tmp_path, server, stop_jobs_on_exit=True)
+    assign(agent, server, 7, [*SIMJOB, "--peak-mib", "100", "--seconds", "30"], 200)
+    step_until(agent, server, lambda: bool(server.reports))
+    agent.shutdown()
+    successor = make_agent(tmp_path, server)  # reports what ended meanwhile
+    step_until(successor, server, lambda: not successor.jobs)
+    final = server.last(7)
+    assert final["outcome"] == "lost" and final["reason"] == "stopped as its agent shut down"
 
 
 def test_injected_gpu_faults_make_the_gpu_unhealthy_until_quarantine_ends(tmp_path: Path) -> None:
