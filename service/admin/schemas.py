@@ -27,10 +27,10 @@ class GpuRead(BaseModel):
     cuda_driver_version: int | None
     context_mib: int | None  # bare CUDA context the agent measured
     memory_reserved_mib: int
-    memory_used_mib: int
+    memory_used_mib: int | None  # None: the agent could not read it (then all foreign)
     memory_foreign_mib: int
     memory_free_mib: int
-    utilization_pct: float
+    utilization_pct: float | None
     memory_utilization_pct: float | None
     temperature_c: float | None
     power_w: float | None

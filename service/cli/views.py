@@ -119,9 +119,13 @@ def _node_row(node: dict[str, Any], wide: bool) -> list[str]:
         str(len(jobs) if wide else node["running_jobs"]),
     ]
     if wide:
+        used = [g["memory_used_mib"] for g in gpus]
         row += [
-            gib(sum(g["memory_used_mib"] for g in gpus)),
-            " ".join(f"{g['utilization_pct']:.0f}%" for g in gpus),
+            gib(None if None in used else sum(used)),  # None: a GPU's use is unreadable
+            " ".join(
+                "?" if g["utilization_pct"] is None else f"{g['utilization_pct']:.0f}%"
+                for g in gpus
+            ),
             ",".join(str(j) for j in sorted(jobs)) or "-",
             node["agent_version"],
             age(node["last_heartbeat_at"]),

@@ -12,10 +12,10 @@ from collections.abc import Iterable
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from agent.protocol import LogChunk as LogChunkIn
 from service.jobs.models import Attempt
 from service.logs.models import LogChunk
 from service.logs.schemas import LogPage
-from service.nodes.schemas import LogChunk as LogChunkIn
 
 STREAMS = ("stdout", "stderr")
 

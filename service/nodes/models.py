@@ -37,9 +37,12 @@ class Gpu(Base):
     driver_version: Mapped[str | None] = mapped_column(String(64))
     cuda_driver_version: Mapped[int | None]  # e.g. 12040 for CUDA 12.4
     context_mib: Mapped[int | None]  # the bare CUDA context the agent measured
-    memory_used_mib: Mapped[int] = mapped_column(default=0)
+    # the last reading; None where the agent could not read it (NVML could not tell)
+    memory_used_mib: Mapped[int | None] = mapped_column(default=0)
+    # what the scheduler takes off free memory besides its jobs' use: processes it did
+    # not start, use it cannot attribute, the whole GPU while its use is unknown
     memory_foreign_mib: Mapped[int] = mapped_column(default=0)
-    utilization_pct: Mapped[float] = mapped_column(default=0.0)
+    utilization_pct: Mapped[float | None] = mapped_column(default=0.0)
     memory_utilization_pct: Mapped[float | None]
     temperature_c: Mapped[float | None]
     power_w: Mapped[float | None]
@@ -49,3 +52,17 @@ class Gpu(Base):
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime())
 
     node: Mapped[Node] = relationship(back_populates="gpus")
+
+    @property
+    def jobs_used_mib(self) -> int:
+        """What Colloc's jobs hold here by the last reading: its use less foreign use
+        (none where the use is unknown: the GPU is then all foreign)."""
+        if self.memory_used_mib is None:
+            return 0
+        return max(0, self.memory_used_mib - self.memory_foreign_mib)
+
+    @property
+    def busy_pct(self) -> float:
+        """Utilisation as the scheduler's cap reads it: where the GPU cannot say how
+        busy it is, fully busy, so no job is packed beside another there."""
+        return 100.0 if self.utilization_pct is None else self.utilization_pct

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from agent.protocol import HeartbeatReply, NodeRegistered
 from service.auth.deps import AgentDep
 from service.auth.tokens import Principal
 from service.deps import NodeId, SessionDep, SettingsDep
 from service.errors import ApiError
 from service.nodes import service
-from service.nodes.schemas import Heartbeat, HeartbeatReply, NodeRegister, NodeRegistered
+from service.nodes.schemas import HeartbeatIn, NodeRegisterIn
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 
@@ -24,7 +25,7 @@ def _check_node(caller: Principal, node_name: str) -> None:
 
 @router.post("/register", response_model=NodeRegistered)
 def register_node(
-    body: NodeRegister, session: SessionDep, settings: SettingsDep, caller: AgentDep
+    body: NodeRegisterIn, session: SessionDep, settings: SettingsDep, caller: AgentDep
 ) -> NodeRegistered:
     """Register (or re-register) a node and its GPUs."""
     _check_node(caller, body.name)
@@ -35,7 +36,7 @@ def register_node(
 
 @router.post("/{node_id}/heartbeat", response_model=HeartbeatReply)
 def node_heartbeat(
-    node_id: NodeId, body: Heartbeat, session: SessionDep, settings: SettingsDep, caller: AgentDep
+    node_id: NodeId, body: HeartbeatIn, session: SessionDep, settings: SettingsDep, caller: AgentDep
 ) -> HeartbeatReply:
     """GPU state and attempt progress in; assignments and cancellations out."""
     node = service.get(session=session, node_id=node_id)

@@ -13,17 +13,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from service.auth.accounts import account_for
-from service.config import Settings
-from service.db import lock_placements, utcnow
-from service.errors import ApiError, not_found
-from service.events.service import record
-from service.jobs import lifecycle as jobs
-from service.jobs.models import Allocation, Attempt, Job
-from service.scheduler.states import ACTIVE_ATTEMPT_STATES
-from service.logs import service as logs
-from service.nodes.models import Gpu, Node
-from service.nodes.schemas import (
+from agent.protocol import (
     Assignment,
     AttemptRef,
     AttemptReport,
@@ -34,6 +24,16 @@ from service.nodes.schemas import (
     NodeRegister,
     Notice,
 )
+from service.auth.accounts import account_for
+from service.config import Settings
+from service.db import lock_placements, utcnow
+from service.errors import ApiError, not_found
+from service.events.service import record
+from service.jobs import lifecycle as jobs
+from service.jobs.models import Allocation, Attempt, Job
+from service.logs import service as logs
+from service.nodes.models import Gpu, Node
+from service.scheduler.states import ACTIVE_ATTEMPT_STATES, AttemptState
 
 
 def _reject_duplicates(uuids: list[str]) -> None:
@@ -117,7 +117,11 @@ def expire_leases(*, session: Session, settings: Settings, up_since: datetime) -
         record(session=session, kind="node.lost", node_id=node.id, message=reason)
         for attempt in _active_attempts(session, node.id).values():
             jobs.end_attempt(
-                session=session, attempt=attempt, outcome="lost", settings=settings, reason=reason
+                session=session,
+                attempt=attempt,
+                outcome=AttemptState.LOST,
+                settings=settings,
+                reason=reason,
             )
     return silent
 
@@ -144,10 +148,10 @@ def heartbeat(
         )
     node.state = "ready"
     node.last_heartbeat_at = now
-    unassigned: dict[str, int] = {}  # jobs' use of GPUs they were not given: not free
+    unassigned: dict[str, int | None] = {}  # jobs' use of GPUs they were not given: not free
     for report in body.attempts:
         for uuid, mib in report.unassigned_mib_by_gpu.items():
-            unassigned[uuid] = unassigned.get(uuid, 0) + mib
+            unassigned[uuid] = _sum_known(unassigned.get(uuid, 0), mib)
     for state in body.gpus:
         _update_gpu(session, node, gpus[state.uuid], state, unassigned.get(state.uuid, 0))
 
@@ -197,7 +201,7 @@ def heartbeat(
             jobs.end_attempt(
                 session=session,
                 attempt=attempt,
-                outcome="lost",
+                outcome=AttemptState.LOST,
                 settings=settings,
                 reason=f"node {node.name} no longer reports it",
             )
@@ -205,7 +209,7 @@ def heartbeat(
             jobs.end_attempt(
                 session=session,
                 attempt=attempt,
-                outcome="cancelled",
+                outcome=AttemptState.CANCELLED,
                 settings=settings,
                 reason="stopped before it started",
             )
@@ -214,11 +218,21 @@ def heartbeat(
     return reply
 
 
+def _sum_known(a: int | None, b: int | None) -> int | None:
+    """a + b; None (unknown) where either is."""
+    return None if a is None or b is None else a + b
+
+
 def _update_gpu(
-    session: Session, node: Node, gpu: Gpu, state: GpuState, unassigned_mib: int
+    session: Session, node: Node, gpu: Gpu, state: GpuState, unassigned_mib: int | None
 ) -> None:
     """Take the agent's reading of a GPU; a change of health is an event. What jobs
-    hold on it without being placed there counts as foreign use."""
+    hold on it without being placed there counts as foreign use.
+
+    Foreign use is what the scheduler takes off the GPU's free memory, so a figure the
+    agent could not read counts against the GPU, never for it: use nobody can
+    attribute is all foreign, and a GPU whose use is unknown is taken whole (nothing
+    new is placed on it until it reads again)."""
     if state.healthy != gpu.healthy:
         kind = "gpu.healthy" if state.healthy else "gpu.unhealthy"
         why = f": {state.health_reason}" if state.health_reason else ""
@@ -231,8 +245,14 @@ def _update_gpu(
             data={"gpu": gpu.uuid, "reason": state.health_reason},
         )
     # readings are taken apart in time: kept within what the GPU can hold
-    gpu.memory_used_mib = min(state.memory_used_mib, gpu.memory_total_mib)
-    gpu.memory_foreign_mib = min(state.memory_foreign_mib + unassigned_mib, gpu.memory_used_mib)
+    if state.memory_used_mib is None:
+        gpu.memory_used_mib, gpu.memory_foreign_mib = None, gpu.memory_total_mib
+    else:
+        gpu.memory_used_mib = min(state.memory_used_mib, gpu.memory_total_mib)
+        foreign = _sum_known(state.memory_foreign_mib, unassigned_mib)
+        gpu.memory_foreign_mib = min(
+            gpu.memory_used_mib if foreign is None else foreign, gpu.memory_used_mib
+        )
     gpu.utilization_pct = state.utilization_pct
     gpu.memory_utilization_pct = state.memory_utilization_pct
     gpu.temperature_c = state.temperature_c
@@ -292,7 +312,7 @@ def _apply_exit(
     if attempt.state == "placed":
         jobs.mark_running(session=session, attempt=attempt, started_at=report.started_at)
     exit_code = report.exit_code
-    outcome = report.outcome or ("succeeded" if exit_code == 0 else "failed")
+    outcome = AttemptState(report.outcome or ("succeeded" if exit_code == 0 else "failed"))
     jobs.end_attempt(
         session=session,
         attempt=attempt,

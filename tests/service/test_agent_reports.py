@@ -133,3 +133,36 @@ def test_health_changes_are_events_and_unhealthy_gpus_get_nothing(client: TestCl
     changes = [e for e in events if e["kind"].startswith("gpu.")]
     assert [e["kind"] for e in changes] == ["gpu.unhealthy", "gpu.healthy"]
     assert "XID 79" in changes[0]["message"]
+
+
+def test_unknown_readings_are_kept_unknown_and_count_against_the_gpu(client: TestClient) -> None:
+    node = register_node(client, "n1", [("Tesla T4", 15360)] * 2)
+    job = submit(client, memory_mib=1000)
+    cycle(client)
+    (assignment,) = beat(client, node, [])["assignments"]
+    (given,) = assignment["gpu_uuids"]
+    (other,) = {"GPU-n1-0", "GPU-n1-1"} - {given}
+
+    def send(readings: dict[str, dict[str, Any]], **attempt: Any) -> dict[str, dict[str, Any]]:
+        gpus = [{"uuid": uuid, **reading} for uuid, reading in readings.items()]
+        body = {"gpus": gpus, "attempts": [report(job["id"], **attempt)]}
+        response = client.post(f"/v1/nodes/{node}/heartbeat", json=body)
+        assert response.status_code == 200, response.text
+        nodes = client.get("/v1/admin/cluster").json()["nodes"]
+        return {gpu["uuid"]: gpu for gpu in nodes[0]["gpus"]}
+
+    # the job holds memory the driver cannot measure on a GPU it was not given, and a
+    # foreign process there cannot be measured either: all of that GPU's use is foreign
+    shown = send(
+        {
+            given: {"memory_used_mib": 1000, "utilization_pct": None},
+            other: {"memory_used_mib": 3000, "memory_foreign_mib": None},
+        },
+        unassigned_mib_by_gpu={other: None},
+    )
+    assert shown[other]["memory_foreign_mib"] == 3000
+    assert shown[given]["utilization_pct"] is None and shown[given]["memory_foreign_mib"] == 0
+    # a GPU whose use cannot be read is kept unknown, and is not free at all
+    shown = send({given: {"memory_used_mib": 1000}, other: {"memory_used_mib": None}})
+    assert shown[other]["memory_used_mib"] is None
+    assert shown[other]["memory_foreign_mib"] == 15360 and shown[other]["memory_free_mib"] == 0

@@ -88,6 +88,7 @@ def test_malformed_heartbeats_do_not_touch_gpu_state(client: TestClient) -> None
         {"gpus": [{"uuid": GPU0, "memory_used_mib": 10, "extra": 1}], "attempts": []},
         {"gpus": [{"uuid": "GPU-elsewhere", "memory_used_mib": 10}], "attempts": []},
         {"gpus": [{"uuid": GPU0}, {"uuid": GPU0}], "attempts": []},
+        {"gpus": [{"uuid": GPU0}], "attempts": []},  # its use must be stated, if only as null
         {"gpus": [{"uuid": GPU0, "utilization_pct": 1e9}], "attempts": []},
         {"gpus": [{"uuid": GPU0, "memory_used_mib": 10}], "attempts": [{"job_id": 0}]},
         {"gpus": [{"uuid": GPU0, "memory_used_mib": 10}] * 100, "attempts": []},

@@ -1,0 +1,219 @@
+"""The messages between an agent and the server, defined once.
+
+The agent builds and reads them; the server (`service/nodes/schemas.py`) validates
+what agents send with them and answers with them. They live in the agent because
+the agent speaks to the server only over HTTP and never imports `service`.
+
+The bounds here are the server's: it refuses a message outside them (4xx). Free text
+is the exception: a job's own words end up in it (its command, its output), so an
+over-long text is cut with a marker instead of refused, since refusing one report
+would refuse the node's every heartbeat after it. A figure the agent could not read
+(NVML cannot tell, a GPU fell off the bus) is None on both sides, never 0: a GPU
+whose use is unknown must not look free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+from pydantic import (
+    AwareDatetime,
+    Base64Bytes,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+)
+
+MAX_MIB = 16 * 1024 * 1024  # 16 TiB: no GPU holds more
+MAX_GPUS = 64  # per node
+TEXT_CHARS = 1024  # a notice's message, a GPU's health reason (gpus.health_reason's size)
+REASON_CHARS = 4096  # why an attempt ended
+INT32 = 2**31  # ids and exit codes are 32-bit integers in the database
+LOG_CHUNK_MAX_BYTES = 256 * 1024
+TRUNCATED = " [... truncated]"
+
+Stream = Literal["stdout", "stderr"]
+Outcome = Literal["succeeded", "failed", "oom", "cancelled", "lost"]
+NoticeKind = Literal["over_reservation", "unassigned_gpu"]
+NoticeAction = Literal["warn", "kill", "report", "stop"]  # enforcement's, GPU confinement's
+
+
+def _cut(limit: int) -> Callable[[object], object]:
+    """Free text of at most `limit` characters, ending with a marker where it was cut."""
+
+    def cut(value: object) -> object:
+        if not isinstance(value, str) or len(value) <= limit:
+            return value
+        return value[: limit - len(TRUNCATED)] + TRUNCATED
+
+    return cut
+
+
+Uuid = Annotated[str, StringConstraints(min_length=1, max_length=96)]
+Mib = Annotated[int, Field(ge=0, le=MAX_MIB)]
+Pct = Annotated[float, Field(ge=0, le=100)]
+Text = Annotated[str, BeforeValidator(_cut(TEXT_CHARS))]
+Reason = Annotated[str, BeforeValidator(_cut(REASON_CHARS))]
+Id = Annotated[int, Field(ge=1, le=INT32 - 1)]
+
+
+class Request(BaseModel):
+    """A message an agent sends: anything the server does not know is refused."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Reply(BaseModel):
+    """A message the server answers with: fields a newer server adds are ignored."""
+
+
+# -- registration --------------------------------------------------------------------
+
+
+class GpuKind(Request):
+    """What a GPU is, as NVML names and measures it; alike for every GPU of a kind (a
+    cluster file's `gpus` entry). The estimator describes the GPU from these: its
+    compute capability, the driver, the CUDA version that driver supports (12040 for
+    12.4), and its bare CUDA context as the agent measured it; None where unknown."""
+
+    model: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    memory_total_mib: int = Field(ge=1, le=MAX_MIB)
+    compute_capability: (
+        Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]{1,2}$")] | None
+    ) = None
+    driver_version: (
+        Annotated[str, StringConstraints(max_length=64, pattern=r"^[A-Za-z0-9._-]+$")] | None
+    ) = None
+    cuda_driver_version: int | None = Field(default=None, ge=1000, le=999_999)
+    context_mib: int | None = Field(default=None, ge=0, le=64 * 1024)
+
+
+class GpuInfo(GpuKind):
+    """One GPU of a node as registration reports it; fixed while the agent runs."""
+
+    uuid: Uuid
+    index: int = Field(ge=0, le=1023)
+
+
+class NodeRegister(Request):
+    name: Annotated[
+        str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+    ]
+    agent_version: Annotated[str, StringConstraints(min_length=1, max_length=64)]
+    gpus: list[GpuInfo] = Field(max_length=MAX_GPUS)
+
+
+class NodeRegistered(Reply):
+    node_id: int
+    heartbeat_interval_s: float
+
+
+# -- heartbeats ----------------------------------------------------------------------
+
+
+class GpuState(Request):
+    """A GPU's last reading. `memory_used_mib` must be stated, None where it could not
+    be read; `memory_foreign_mib` (processes that are no job of this agent) is None
+    where one of them holds memory the driver cannot attribute."""
+
+    uuid: Uuid
+    memory_used_mib: Mib | None
+    memory_foreign_mib: Mib | None = 0
+    utilization_pct: Pct | None = 0.0
+    memory_utilization_pct: Pct | None = None
+    temperature_c: float | None = Field(default=None, ge=-100, le=250)
+    power_w: float | None = Field(default=None, ge=0, le=100_000)
+    mig_enabled: bool | None = None
+    healthy: bool = True
+    health_reason: Text | None = None  # why the agent holds it unhealthy
+
+
+class Notice(Request):
+    """Something the agent did or saw about an attempt; `seq` counts per attempt.
+    `used_mib` is None where the driver could not say what the job held."""
+
+    seq: int = Field(ge=1, le=1024)
+    kind: NoticeKind
+    gpu_uuid: Uuid
+    used_mib: Mib | None
+    reserved_mib: Mib
+    action: NoticeAction
+    message: Text
+
+
+class LogChunk(Request):
+    """Bytes `offset`.. of one of the attempt's output streams, base64 encoded."""
+
+    stream: Stream
+    offset: int = Field(ge=0, le=2**62)
+    data: Annotated[Base64Bytes, Field(max_length=LOG_CHUNK_MAX_BYTES)]
+
+
+class AttemptReport(Request):
+    """What an agent knows of one attempt it was given. A GPU whose use by the attempt
+    the driver could not attribute is left out of `current_mib_by_gpu` and
+    `peak_mib_by_gpu`; in `unassigned_mib_by_gpu` its use is None."""
+
+    job_id: Id
+    attempt: Id
+    state: Literal["running", "exited"]
+    started_at: AwareDatetime | None = None
+    finished_at: AwareDatetime | None = None
+    exit_code: int | None = Field(default=None, ge=-INT32, le=INT32 - 1)
+    outcome: Outcome | None = None
+    reason: Reason | None = None
+    peak_mib_by_gpu: dict[Uuid, Mib] = Field(default_factory=dict, max_length=MAX_GPUS)
+    current_mib_by_gpu: dict[Uuid, Mib] = Field(default_factory=dict, max_length=MAX_GPUS)
+    notices: list[Notice] = Field(default_factory=list, max_length=64)
+    logs: list[LogChunk] = Field(default_factory=list, max_length=4)
+    # memory the attempt's processes hold on GPUs of this node it was not given
+    unassigned_mib_by_gpu: dict[Uuid, Mib | None] = Field(default_factory=dict, max_length=MAX_GPUS)
+
+
+class Heartbeat(Request):
+    gpus: list[GpuState] = Field(max_length=MAX_GPUS)
+    attempts: list[AttemptReport] = Field(default_factory=list, max_length=10_000)
+
+
+class AttemptRef(Reply):
+    job_id: int
+    attempt: int
+
+
+class Assignment(Reply):
+    job_id: int
+    attempt: int
+    command: list[str]
+    env: dict[str, str]
+    workdir: str | None
+    gpu_uuids: list[str]
+    account: str  # the Unix account the job runs as (where the agent switches users)
+    reserved_mib: int
+    reserved_mib_by_gpu: dict[str, int]
+
+
+class LogOffsets(Reply):
+    """Up to which byte the server holds each stream of an attempt's output."""
+
+    job_id: int
+    attempt: int
+    stdout: int
+    stderr: int
+
+
+class HeartbeatReply(Reply):
+    assignments: list[Assignment]
+    cancellations: list[AttemptRef]
+    acknowledged: list[AttemptRef]
+    log_offsets: list[LogOffsets]
+    log_keep_bytes: int
+    heartbeat_interval_s: float
+
+
+def wire(message: BaseModel) -> dict[str, object]:
+    """A message as JSON sends it; fields left at their defaults by whoever built it
+    are left out, as older servers refuse fields they do not know."""
+    return message.model_dump(mode="json", exclude_unset=True)
