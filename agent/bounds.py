@@ -1,41 +1,36 @@
 """Keeping what a heartbeat carries within what the server accepts and can store.
 
-One value the server refuses (a reason over its length limit, a NUL that PostgreSQL
-text cannot hold, a NaN that JSON cannot carry) would make it refuse the whole
+One value the server refuses (a NUL that PostgreSQL text cannot hold, a NaN that JSON
+cannot carry, a figure past the protocol's bounds) would make it refuse the whole
 heartbeat, again on every retry: the node would go `lost` over one job. So text is
-cleaned and truncated with a marker, and numbers are clamped, before they are sent.
-
-The limits are those of the server's heartbeat schema (service/nodes/schemas.py);
-the agent speaks to the server only over HTTP, so they are repeated here.
+cleaned and numbers are clamped to the bounds of `agent.protocol` before messages are
+built from them (over-long text the messages cut themselves).
 """
 
 from __future__ import annotations
 
 import math
 
-REASON_CHARS = 4096  # AttemptReport.reason
-TEXT_CHARS = 1024  # Text: Notice.message, GpuState.health_reason
-MAX_MIB = 16 * 1024 * 1024  # MiB
-INT32 = 2**31  # AttemptReport.exit_code
-
-TRUNCATED = " [... truncated]"
+from agent.protocol import INT32, MAX_MIB
 
 
-def text(value: str, limit: int) -> str:
-    """`value` without characters the server cannot store, at most `limit` characters."""
+def text(value: str) -> str:
+    """`value` without characters the server cannot store."""
     # PostgreSQL text holds neither NUL nor lone surrogates (which are not UTF-8)
-    clean = value.encode("utf-8", "ignore").decode("utf-8").replace("\x00", "")
-    if len(clean) <= limit:
-        return clean
-    return clean[: limit - len(TRUNCATED)] + TRUNCATED
+    return value.encode("utf-8", "ignore").decode("utf-8").replace("\x00", "")
 
 
-def optional_text(value: str | None, limit: int) -> str | None:
-    return None if value is None else text(value, limit)
+def optional_text(value: str | None) -> str | None:
+    return None if value is None else text(value)
 
 
 def mib(value: int) -> int:
     return min(max(int(value), 0), MAX_MIB)
+
+
+def optional_mib(value: int | None) -> int | None:
+    """A figure that may be unknown (None), clamped where it is known."""
+    return None if value is None else mib(value)
 
 
 def mib_by_gpu(values: dict[str, int]) -> dict[str, int]:

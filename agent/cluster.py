@@ -8,7 +8,9 @@ nodes:
 `memory_mib` may be left out for GPU models the estimator's catalog knows. What a real
 agent reads from NVML and measures may be given too: `compute_capability` ("9.0"; the
 catalog's by default), `driver_version`, `cuda_driver_version` (12040 for CUDA 12.4)
-and `context_mib` (the bare CUDA context; unmeasured by default).
+and `context_mib` (the bare CUDA context; unmeasured by default). An entry is a
+`GpuKind` of the agent's protocol (`memory_mib` is its `memory_total_mib`), held to
+the bounds the server holds registrations to.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from agent.protocol import GpuInfo, GpuKind
 from estimator.files import read_yaml
 from estimator.gpus import find_gpu_model, parse_compute_capability
 
@@ -31,36 +36,9 @@ class ClusterFileError(ValueError):
 
 
 @dataclass(frozen=True)
-class GpuKind:
-    """One `gpus` entry of a node: what its GPUs are and report."""
-
-    model: str
-    memory_total_mib: int
-    compute_capability: tuple[int, int] | None = None
-    driver_version: str | None = None
-    cuda_driver_version: int | None = None
-    context_mib: int | None = None
-
-
-@dataclass(frozen=True)
-class SimulatedGpu:
-    index: int
-    uuid: str
-    kind: GpuKind
-
-    @property
-    def model(self) -> str:
-        return self.kind.model
-
-    @property
-    def memory_total_mib(self) -> int:
-        return self.kind.memory_total_mib
-
-
-@dataclass(frozen=True)
 class SimulatedNode:
     name: str
-    gpus: tuple[SimulatedGpu, ...]
+    gpus: tuple[GpuInfo, ...]  # as its agent registers them
 
 
 def simulated_gpu_uuid(node: str, index: int) -> str:
@@ -68,11 +46,7 @@ def simulated_gpu_uuid(node: str, index: int) -> str:
     return f"GPU-{uuid.uuid5(_SIM_NAMESPACE, f'{node}/{index}')}"
 
 
-def _optional_int(node_name: str, entry: dict[str, Any], key: str, top: int) -> int | None:
-    value = entry.get(key)
-    if value is not None and (not isinstance(value, int) or not 0 < value <= top):
-        raise ClusterFileError(f"node {node_name}: {key!r} must be an integer from 1 to {top}")
-    return value
+REPORTED = ("driver_version", "cuda_driver_version", "context_mib")
 
 
 def _kind(node_name: str, entry: dict[str, Any], model: str, memory: int) -> GpuKind:
@@ -84,17 +58,19 @@ def _kind(node_name: str, entry: dict[str, Any], model: str, memory: int) -> Gpu
             capability = parse_compute_capability(str(entry["compute_capability"]))
         except ValueError as exc:
             raise ClusterFileError(f"node {node_name}: {exc}") from exc
-    driver = entry.get("driver_version")
-    if driver is not None and not isinstance(driver, str):
-        raise ClusterFileError(f"node {node_name}: 'driver_version' must be a string")
-    return GpuKind(
-        model,
-        memory,
-        capability,
-        driver,
-        _optional_int(node_name, entry, "cuda_driver_version", 999_999),
-        _optional_int(node_name, entry, "context_mib", 64 * 1024),
-    )
+    try:
+        return GpuKind.model_validate(
+            {
+                "model": model,
+                "memory_total_mib": memory,
+                "compute_capability": ".".join(map(str, capability)) if capability else None,
+                **{key: entry[key] for key in REPORTED if key in entry},
+            },
+            strict=True,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"{e['loc'][0]!r}: {e['msg']}" for e in exc.errors())
+        raise ClusterFileError(f"node {node_name}: GPU {model!r}: {problems}") from exc
 
 
 def _gpu_groups(node_name: str, raw: Any) -> list[tuple[GpuKind, int]]:
@@ -128,11 +104,12 @@ def parse_cluster(data: Any) -> list[SimulatedNode]:
             raise ClusterFileError("each node needs a 'name'")
         if any(node.name == name for node in nodes):
             raise ClusterFileError(f"node {name} is listed twice")
-        gpus: list[SimulatedGpu] = []
+        gpus: list[GpuInfo] = []
         for kind, count in _gpu_groups(name, raw.get("gpus")):
             for _ in range(count):
                 index = len(gpus)
-                gpus.append(SimulatedGpu(index, simulated_gpu_uuid(name, index), kind))
+                uuid = simulated_gpu_uuid(name, index)
+                gpus.append(GpuInfo(uuid=uuid, index=index, **kind.model_dump()))
         nodes.append(SimulatedNode(name, tuple(gpus)))
     return nodes
 

@@ -16,9 +16,10 @@ from typing import Literal
 Policy = Literal["report", "stop"]
 
 
-def describe(gpu_uuid: str, used_mib: int, given: list[str], policy: Policy) -> str:
+def describe(gpu_uuid: str, used_mib: int | None, given: list[str], policy: Policy) -> str:
     action = "stopped by the agent" if policy == "stop" else "reported"
+    amount = "memory the driver cannot attribute" if used_mib is None else f"{used_mib} MiB"
     return (
-        f"used {used_mib} MiB on GPU {gpu_uuid}, which it was not given "
+        f"used {amount} on GPU {gpu_uuid}, which it was not given "
         f"(its GPUs: {', '.join(given) or 'none'}); {action}"
     )

@@ -15,9 +15,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from agent import __version__, bounds, confinement, proctree
 from agent.accounts import AccountError, Identity
@@ -30,10 +30,24 @@ from agent.instance_lock import DirectoryLock
 from agent.job import JobProcess, RunStore
 from agent.launcher import adopt, fail_at_start, kill, kill_if_overdue, launch, poll, terminate
 from agent.logship import HEARTBEAT_BYTES, chunks, drained
+from agent.protocol import (
+    Assignment,
+    GpuState,
+    Heartbeat,
+    HeartbeatReply,
+    NodeRegister,
+    NodeRegistered,
+    wire,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LOG_KEEP_BYTES = 8 * 1024 * 1024
+
+
+def _sum_known(a: int | None, b: int | None) -> int | None:
+    """a + b; None (unknown) where either is."""
+    return None if a is None or b is None else a + b
 
 
 def near_full_mib(total_mib: int) -> int:
@@ -81,7 +95,7 @@ class Agent:
         self._log_keep_bytes = DEFAULT_LOG_KEEP_BYTES
         self._totals = {d.uuid: d.memory_total_mib for d in backend.devices()}
         self._samples: list[GpuSample] = []
-        self._foreign: dict[str, int] = {}
+        self._foreign: dict[str, int | None] = {}  # None: some of it is unattributed
         self._unhealthy: dict[str, str | None] = {}
         self._failures = 0
         self.jobs: dict[tuple[int, int], JobProcess] = {}
@@ -103,14 +117,12 @@ class Agent:
     # -- registration and heartbeats ------------------------------------------------
 
     def register(self) -> None:
-        body = {
-            "name": self.config.name,
-            "agent_version": __version__,
-            "gpus": [d.description() for d in self.backend.devices()],
-        }
-        reply = self.client.register(body)
-        self.node_id = int(reply["node_id"])
-        self.heartbeat_interval_s = float(reply["heartbeat_interval_s"])
+        body = NodeRegister(
+            name=self.config.name, agent_version=__version__, gpus=self.backend.devices()
+        )
+        reply = NodeRegistered.model_validate(self.client.register(wire(body)))
+        self.node_id = reply.node_id
+        self.heartbeat_interval_s = reply.heartbeat_interval_s
         log.info("registered as node %s (id %s)", self.config.name, self.node_id)
 
     def heartbeat(self) -> None:
@@ -120,71 +132,67 @@ class Agent:
         budget = HEARTBEAT_BYTES
         reports = []
         for job in self.jobs.values():
-            report = job.report()
-            report["logs"] = chunks(job, budget, self._log_keep_bytes)
-            budget -= sum(len(chunk["data"]) * 3 // 4 for chunk in report["logs"])
-            reports.append(report)
-        body = {"gpus": [self._gpu_state(s) for s in self._samples], "attempts": reports}
+            logs = chunks(job, budget, self._log_keep_bytes)
+            budget -= sum(len(chunk.data) for chunk in logs)
+            reports.append(job.report(logs))
+        body = Heartbeat(gpus=[self._gpu_state(s) for s in self._samples], attempts=reports)
         try:
-            reply = self.client.heartbeat(self.node_id, body)
+            reply = HeartbeatReply.model_validate(self.client.heartbeat(self.node_id, wire(body)))
         except ServerError as exc:
             if exc.status == 404:  # the server no longer knows this node
                 self.node_id = None
             raise
         for report in reports:  # the server has these notices now
-            job = self.jobs[(report["job_id"], report["attempt"])]
-            delivered = {notice["seq"] for notice in report["notices"]}
-            job.notices = [n for n in job.notices if n["seq"] not in delivered]
+            job = self.jobs[(report.job_id, report.attempt)]
+            delivered = {notice.seq for notice in report.notices}
+            job.notices = [n for n in job.notices if n.seq not in delivered]
         self._apply(reply)
 
-    def _gpu_state(self, sample: GpuSample) -> dict[str, Any]:
-        """The GPU's reading within the bounds the server accepts."""
+    def _gpu_state(self, sample: GpuSample) -> GpuState:
+        """The GPU's reading within the bounds the server accepts; what could not be
+        read stays unknown (None), so the server never takes it for free memory."""
         reason = self._unhealthy.get(sample.uuid)
-        return {
-            "uuid": sample.uuid,
-            "memory_used_mib": bounds.mib(sample.memory_used_mib),
-            "memory_foreign_mib": bounds.mib(self._foreign.get(sample.uuid, 0)),
-            "utilization_pct": bounds.number(sample.utilization_pct, 0, 100) or 0.0,
-            "memory_utilization_pct": bounds.number(sample.memory_utilization_pct, 0, 100),
-            "temperature_c": bounds.number(sample.temperature_c, -100, 250),
-            "power_w": bounds.number(sample.power_w, 0, 100_000),
-            "mig_enabled": sample.mig_enabled,
-            "healthy": reason is None,
-            "health_reason": bounds.optional_text(reason, bounds.TEXT_CHARS),
-        }
+        return GpuState(
+            uuid=sample.uuid,
+            memory_used_mib=bounds.optional_mib(sample.memory_used_mib),
+            memory_foreign_mib=bounds.optional_mib(self._foreign.get(sample.uuid)),
+            utilization_pct=bounds.number(sample.utilization_pct, 0, 100),
+            memory_utilization_pct=bounds.number(sample.memory_utilization_pct, 0, 100),
+            temperature_c=bounds.number(sample.temperature_c, -100, 250),
+            power_w=bounds.number(sample.power_w, 0, 100_000),
+            mig_enabled=sample.mig_enabled,
+            healthy=reason is None,
+            health_reason=bounds.optional_text(reason),
+        )
 
-    def _apply(self, reply: dict[str, Any]) -> None:
-        self.heartbeat_interval_s = float(reply["heartbeat_interval_s"])
-        self._log_keep_bytes = int(reply.get("log_keep_bytes", self._log_keep_bytes))
-        held = {(o["job_id"], o["attempt"]): o for o in reply.get("log_offsets", [])}
+    def _apply(self, reply: HeartbeatReply) -> None:
+        self.heartbeat_interval_s = reply.heartbeat_interval_s
+        self._log_keep_bytes = reply.log_keep_bytes
+        held = {(o.job_id, o.attempt): o for o in reply.log_offsets}
         for key, offsets in held.items():
             if key in self.jobs:
-                self.jobs[key].log_sent = {"stdout": offsets["stdout"], "stderr": offsets["stderr"]}
-        for ref in reply["acknowledged"]:
-            key = (ref["job_id"], ref["attempt"])
+                self.jobs[key].log_sent = {"stdout": offsets.stdout, "stderr": offsets.stderr}
+        for ref in reply.acknowledged:
+            key = (ref.job_id, ref.attempt)
             job = self.jobs.get(key)
             if job is not None and job.outcome is not None and (key not in held or drained(job)):
                 del self.jobs[key]
                 self.store.remove(job)
-        for ref in reply["cancellations"]:
-            job = self.jobs.get((ref["job_id"], ref["attempt"]))
+        for ref in reply.cancellations:
+            job = self.jobs.get((ref.job_id, ref.attempt))
             if job is not None:
                 log.info("cancelling job %s attempt %s", job.job_id, job.attempt)
                 terminate(job)
-        for assignment in reply["assignments"]:
-            key = (assignment["job_id"], assignment["attempt"])
+        for assignment in reply.assignments:
+            key = (assignment.job_id, assignment.attempt)
             if key not in self.jobs:
                 self._launch(assignment)
         for job in self.jobs.values():
             self.store.save(job)
 
-    def _launch(self, assignment: dict[str, Any]) -> None:
-        job_id, attempt, uuids = (
-            assignment["job_id"],
-            assignment["attempt"],
-            assignment["gpu_uuids"],
-        )
-        log.info("launching job %s attempt %s: %s", job_id, attempt, assignment["command"])
+    def _launch(self, assignment: Assignment) -> None:
+        job_id, attempt, uuids = assignment.job_id, assignment.attempt, assignment.gpu_uuids
+        log.info("launching job %s attempt %s: %s", job_id, attempt, assignment.command)
         stem = self.config.logs_dir / f"job-{job_id}-attempt-{attempt}"
         job = JobProcess(
             job_id=job_id,
@@ -193,12 +201,12 @@ class Agent:
             run_dir=self.store.run_dir(job_id, attempt),
             stdout_path=stem.with_suffix(".out"),
             stderr_path=stem.with_suffix(".err"),
-            limit_mib_by_gpu=assignment.get("reserved_mib_by_gpu")
-            or dict.fromkeys(uuids, assignment["reserved_mib"]),
+            limit_mib_by_gpu=assignment.reserved_mib_by_gpu
+            or dict.fromkeys(uuids, assignment.reserved_mib),
         )
         self.jobs[job.key] = job
         try:
-            account = self.config.identity.resolve(assignment.get("account"))
+            account = self.config.identity.resolve(assignment.account)
         except AccountError as exc:
             log.warning("job %s attempt %s not started: %s", job_id, attempt, exc)
             fail_at_start(job, str(exc))
@@ -207,9 +215,9 @@ class Agent:
         launch(
             store=self.store,
             job=job,
-            command=assignment["command"],
-            env=assignment["env"],
-            workdir=assignment["workdir"],
+            command=assignment.command,
+            env=assignment.env,
+            workdir=assignment.workdir,
             extra_env=self.backend.job_environment(),
             account=account,
             work_root=self.work_dir,
@@ -225,34 +233,40 @@ class Agent:
         self._samples = self.backend.sample()
         running = {job.pid: job for job in self.jobs.values() if job.outcome is None and job.pid}
         full: dict[str, str] = {}
-        stray: dict[tuple[int, int], dict[str, int]] = {}  # use of GPUs a job was not given
+        # use of GPUs a job was not given; None where the driver cannot attribute it
+        stray: dict[tuple[int, int], dict[str, int | None]] = {}
         for sample in self._samples:
             self._unhealthy[sample.uuid] = self.health.assess(sample)
-            used: dict[tuple[int, int], int] = {}
-            foreign = 0
+            used: dict[tuple[int, int], int | None] = {}
+            foreign: int | None = None if sample.lost else 0
             for process in sample.processes:
                 owner = proctree.owner(process.pid, running)
                 if owner is None:
-                    foreign += process.used_mib
+                    foreign = _sum_known(foreign, process.used_mib)
                 elif sample.uuid not in owner.gpu_uuids:
                     on_gpu = stray.setdefault(owner.key, {})
-                    on_gpu[sample.uuid] = on_gpu.get(sample.uuid, 0) + process.used_mib
+                    on_gpu[sample.uuid] = _sum_known(on_gpu.get(sample.uuid, 0), process.used_mib)
                 else:
-                    used[owner.key] = used.get(owner.key, 0) + process.used_mib
+                    used[owner.key] = _sum_known(used.get(owner.key, 0), process.used_mib)
             self._foreign[sample.uuid] = foreign
             total = self._totals.get(sample.uuid, 0)
-            if not sample.lost and total - sample.memory_used_mib <= near_full_mib(total):
-                full[sample.uuid] = f"{sample.memory_used_mib} of {total} MiB in use"
+            in_use = sample.memory_used_mib
+            if in_use is not None and total - in_use <= near_full_mib(total):
+                full[sample.uuid] = f"{in_use} of {total} MiB in use"
             for job in running.values():
                 if sample.uuid in job.gpu_uuids:
-                    self._account(job, sample.uuid, used.get(job.key, 0))
+                    held = None if sample.lost else used.get(job.key, 0)
+                    self._account(job, sample.uuid, held)
         for job in running.values():
             job.gpu_full = next((full[u] for u in job.gpu_uuids if u in full), None)
             self._confine(job, stray.get(job.key, {}))
         for job in self.jobs.values():
             self.store.save(job)
 
-    def _account(self, job: JobProcess, uuid: str, used_mib: int) -> None:
+    def _account(self, job: JobProcess, uuid: str, used_mib: int | None) -> None:
+        if used_mib is None:  # nothing to measure the job by, or hold it to, this time
+            job.used_mib_by_gpu.pop(uuid, None)
+            return
         job.used_mib_by_gpu[uuid] = used_mib
         job.peak_mib_by_gpu[uuid] = max(job.peak_mib_by_gpu.get(uuid, 0), used_mib)
         enforcement = self.config.enforcement
@@ -265,20 +279,18 @@ class Agent:
         message = enforcement.describe(uuid, used_mib, reserved)
         log.warning("job %s attempt %s %s", job.job_id, job.attempt, message)
         job.notify(
-            {
-                "kind": "over_reservation",
-                "gpu_uuid": uuid,
-                "used_mib": bounds.mib(used_mib),
-                "reserved_mib": bounds.mib(reserved),
-                "action": enforcement.policy,
-                "message": message,
-            }
+            kind="over_reservation",
+            gpu_uuid=uuid,
+            used_mib=used_mib,
+            reserved_mib=reserved,
+            action=enforcement.policy,
+            message=message,
         )
         if enforcement.policy == "kill":
             job.enforced = message
             kill(job)
 
-    def _confine(self, job: JobProcess, stray: dict[str, int]) -> None:
+    def _confine(self, job: JobProcess, stray: dict[str, int | None]) -> None:
         """Report (once per GPU) and, under policy `stop`, kill a job using GPUs it was
         not given; what it holds there is reported as long as it holds it. It is acted on
         when two samples in a row see it: the GPU's process list and /proc are read
@@ -293,14 +305,12 @@ class Agent:
             message = confinement.describe(uuid, used_mib, job.gpu_uuids, policy)
             log.warning("job %s attempt %s %s", job.job_id, job.attempt, message)
             job.notify(
-                {
-                    "kind": "unassigned_gpu",
-                    "gpu_uuid": uuid,
-                    "used_mib": bounds.mib(used_mib),
-                    "reserved_mib": 0,
-                    "action": policy,
-                    "message": message,
-                }
+                kind="unassigned_gpu",
+                gpu_uuid=uuid,
+                used_mib=used_mib,
+                reserved_mib=0,
+                action=policy,
+                message=message,
             )
             if policy == "stop" and job.confined is None:
                 job.confined = message
@@ -352,7 +362,7 @@ class Agent:
         """One heartbeat; the delay until the next one (backing off while failing)."""
         try:
             self.heartbeat()
-        except (httpx.TransportError, ServerError) as exc:
+        except (httpx.TransportError, ServerError, ValidationError) as exc:
             self._failures += 1
             backoff = min(
                 self.config.max_backoff_s, self.heartbeat_interval_s * 2.0 ** (self._failures - 1)

@@ -17,9 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from agent import bounds
+from agent.protocol import (
+    AttemptReport,
+    LogChunk,
+    Notice,
+    NoticeAction,
+    NoticeKind,
+    Outcome,
+    Stream,
+)
 from agent.shim import write_json
 
-STREAMS = ("stdout", "stderr")
+STREAMS: tuple[Stream, ...] = ("stdout", "stderr")
 
 
 def now() -> datetime:
@@ -49,14 +58,14 @@ class JobProcess:
     over_limit: list[str] = field(default_factory=list)  # GPUs it was reported over on
     # GPUs it was not given but used, and what it holds there now; why it was stopped
     strayed_on: list[str] = field(default_factory=list)
-    stray_mib_by_gpu: dict[str, int] = field(default_factory=dict)
+    stray_mib_by_gpu: dict[str, int | None] = field(default_factory=dict)  # None: unknown
     confined: str | None = None
-    notices: list[dict[str, Any]] = field(default_factory=list)  # not yet delivered
+    notices: list[Notice] = field(default_factory=list)  # not yet delivered
     notice_seq: int = 0  # the last notice's number
     log_sent: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
     exit_code: int | None = None
     finished_at: datetime | None = None
-    outcome: str | None = None
+    outcome: Outcome | None = None
     reason: str | None = None
     popen: subprocess.Popen[bytes] | None = field(default=None, compare=False)
 
@@ -67,36 +76,55 @@ class JobProcess:
     def log_path(self, stream: str) -> Path:
         return self.stdout_path if stream == "stdout" else self.stderr_path
 
-    def notify(self, notice: dict[str, Any]) -> None:
+    def notify(
+        self,
+        *,
+        kind: NoticeKind,
+        gpu_uuid: str,
+        used_mib: int | None,
+        reserved_mib: int,
+        action: NoticeAction,
+        message: str,
+    ) -> None:
         """Queue a notice for the server, numbered so that it is recorded once."""
         self.notice_seq += 1
-        notice["message"] = bounds.text(notice["message"], bounds.TEXT_CHARS)
-        self.notices.append({"seq": self.notice_seq, **notice})
+        notice = Notice(
+            seq=self.notice_seq,
+            kind=kind,
+            gpu_uuid=gpu_uuid,
+            used_mib=bounds.optional_mib(used_mib),
+            reserved_mib=bounds.mib(reserved_mib),
+            action=action,
+            message=bounds.text(message),
+        )
+        self.notices.append(notice)
 
-    def report(self) -> dict[str, Any]:
-        """This attempt as a heartbeat carries it (logs are added by the daemon), within
-        the bounds the server accepts."""
+    def report(self, logs: list[LogChunk]) -> AttemptReport:
+        """This attempt as a heartbeat carries it, within the bounds the server accepts."""
         running = self.outcome is None
-        body: dict[str, Any] = {
-            "job_id": self.job_id,
-            "attempt": self.attempt,
-            "state": "running" if running else "exited",
-            "started_at": self.started_at.isoformat(),
-            "peak_mib_by_gpu": bounds.mib_by_gpu(self.peak_mib_by_gpu),
-            "current_mib_by_gpu": bounds.mib_by_gpu(self.used_mib_by_gpu) if running else {},
-            "notices": list(self.notices),
-        }
+        fields: dict[str, Any] = {}
         if running and self.stray_mib_by_gpu:  # left out when empty: older servers
-            body["unassigned_mib_by_gpu"] = bounds.mib_by_gpu(self.stray_mib_by_gpu)
+            fields["unassigned_mib_by_gpu"] = {
+                uuid: bounds.optional_mib(used) for uuid, used in self.stray_mib_by_gpu.items()
+            }
         if not running:
-            assert self.finished_at is not None
-            body.update(
-                finished_at=self.finished_at.isoformat(),
+            fields.update(
+                finished_at=self.finished_at,
                 exit_code=bounds.exit_code(self.exit_code),
                 outcome=self.outcome,
-                reason=bounds.optional_text(self.reason, bounds.REASON_CHARS),
+                reason=bounds.optional_text(self.reason),
             )
-        return body
+        return AttemptReport(
+            job_id=self.job_id,
+            attempt=self.attempt,
+            state="running" if running else "exited",
+            started_at=self.started_at,
+            peak_mib_by_gpu=bounds.mib_by_gpu(self.peak_mib_by_gpu),
+            current_mib_by_gpu=bounds.mib_by_gpu(self.used_mib_by_gpu) if running else {},
+            notices=list(self.notices),
+            logs=logs,
+            **fields,
+        )
 
     # -- the record on disk ---------------------------------------------------------
 
@@ -117,7 +145,7 @@ class JobProcess:
             "over_limit": self.over_limit,
             "strayed_on": self.strayed_on,
             "confined": self.confined,
-            "notices": self.notices,
+            "notices": [notice.model_dump(mode="json") for notice in self.notices],
             "notice_seq": self.notice_seq,
             "log_sent": self.log_sent,
             "exit_code": self.exit_code,
@@ -147,7 +175,7 @@ class JobProcess:
             # records an agent wrote before GPU confinement existed lack these keys
             strayed_on=record.get("strayed_on", []),
             confined=record.get("confined"),
-            notices=record["notices"],
+            notices=[Notice.model_validate(notice) for notice in record["notices"]],
             notice_seq=record.get("notice_seq", len(record["over_limit"])),
             log_sent=record["log_sent"],
             exit_code=record["exit_code"],

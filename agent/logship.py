@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from typing import Any
 
 from agent.job import STREAMS, JobProcess
+from agent.protocol import LogChunk
 
 CHUNK_BYTES = 128 * 1024  # per stream and attempt in one heartbeat
 HEARTBEAT_BYTES = 2 * 1024 * 1024  # all logs in one heartbeat
@@ -25,7 +25,7 @@ def _size(job: JobProcess, stream: str) -> int:
         return 0
 
 
-def chunks(job: JobProcess, budget: int, keep_bytes: int) -> list[dict[str, Any]]:
+def chunks(job: JobProcess, budget: int, keep_bytes: int) -> list[LogChunk]:
     """The next slices of the job's logs, at most `budget` bytes in all."""
     out = []
     for stream in STREAMS:
@@ -37,9 +37,7 @@ def chunks(job: JobProcess, budget: int, keep_bytes: int) -> list[dict[str, Any]
         with contextlib.suppress(OSError), open(job.log_path(stream), "rb") as log:
             log.seek(offset)
             data = log.read(length)
-            out.append(
-                {"stream": stream, "offset": offset, "data": base64.b64encode(data).decode()}
-            )
+            out.append(LogChunk(stream=stream, offset=offset, data=base64.b64encode(data)))
             budget -= len(data)
     return out
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from agent.protocol import Outcome
+
 # What the frameworks print when the device allocator fails:
 # PyTorch (c10 OutOfMemoryError / CUDACachingAllocator), TensorFlow
 # (ResourceExhaustedError "OOM when allocating tensor"), JAX/XLA ("RESOURCE_EXHAUSTED:
@@ -30,7 +32,7 @@ def stderr_tail(path: Path) -> str:
 
 def classify(
     exit_code: int | None, stderr: str, *, cancelled: bool, gpu_full: str | None = None
-) -> tuple[str, str | None]:
+) -> tuple[Outcome, str | None]:
     """(outcome, reason) of a finished job process.
 
     `exit_code` is None when the job's supervisor was killed with it, so its status is

@@ -1,51 +1,24 @@
-"""The device interface every backend implements; units are in the names."""
+"""The device interface every backend implements; units are in the names. A GPU is
+described as registration reports it (`agent.protocol.GpuInfo`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
 
-
-@dataclass(frozen=True)
-class GpuDevice:
-    """A GPU as the host sees it; fixed while the agent runs. The estimator describes
-    it from these: its compute capability, the driver and the CUDA version that driver
-    supports (e.g. 12040 for 12.4), and its bare CUDA context as the agent measured it
-    (`agent/context_probe.py`); None where unknown."""
-
-    index: int
-    uuid: str
-    model: str
-    memory_total_mib: int
-    compute_capability: tuple[int, int] | None = None
-    driver_version: str | None = None
-    cuda_driver_version: int | None = None
-    context_mib: int | None = None
-
-    def description(self) -> dict[str, object]:
-        """The device as registration reports it."""
-        capability = self.compute_capability
-        return {
-            "uuid": self.uuid,
-            "index": self.index,
-            "model": self.model,
-            "memory_total_mib": self.memory_total_mib,
-            "compute_capability": ".".join(map(str, capability)) if capability else None,
-            "driver_version": self.driver_version,
-            "cuda_driver_version": self.cuda_driver_version,
-            "context_mib": self.context_mib,
-        }
+from agent.protocol import GpuInfo
 
 
 @dataclass(frozen=True)
 class ProcessMemory:
     pid: int
-    used_mib: int
+    used_mib: int | None  # None where the driver cannot attribute it (e.g. under MIG)
 
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One reading of a GPU's state; None where the GPU cannot tell.
+    """One reading of a GPU's state; None where the GPU cannot tell (never 0: a GPU
+    whose use is unknown must not look free).
 
     `lost` means the GPU stopped answering (fell off the bus); `xid_errors` are the
     critical XID events seen since the previous sample; `ecc_uncorrected` is the
@@ -54,8 +27,8 @@ class GpuSample:
     """
 
     uuid: str
-    memory_used_mib: int
-    utilization_pct: float
+    memory_used_mib: int | None
+    utilization_pct: float | None
     processes: tuple[ProcessMemory, ...]
     lost: bool = False
     memory_utilization_pct: float | None = None
@@ -65,9 +38,14 @@ class GpuSample:
     ecc_uncorrected: int | None = None
     xid_errors: tuple[int, ...] = ()
 
+    @classmethod
+    def of_lost(cls, uuid: str) -> GpuSample:
+        """A GPU that stopped answering: nothing of it is known."""
+        return cls(uuid, None, None, (), lost=True)
+
 
 class DeviceBackend(Protocol):
-    def devices(self) -> list[GpuDevice]:
+    def devices(self) -> list[GpuInfo]:
         """Every GPU of this node."""
         ...
 

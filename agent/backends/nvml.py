@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from agent.backends.base import GpuDevice, GpuSample, ProcessMemory
+from agent.backends.base import GpuSample, ProcessMemory
+from agent.protocol import GpuInfo
 
 MIB = 1024 * 1024
 T = TypeVar("T")
@@ -35,7 +36,7 @@ def _text(value: str | bytes) -> str:
 
 @dataclass
 class _Gpu:
-    device: GpuDevice
+    device: GpuInfo
     handle: Any
     events: Any = None  # the GPU's XID event set, where it supports one
 
@@ -67,7 +68,7 @@ class NvmlBackend:
         backend._discover()
         if probe is not None:
             for gpu in backend._gpus:
-                gpu.device = replace(gpu.device, context_mib=probe(gpu.device.uuid))
+                gpu.device = gpu.device.model_copy(update={"context_mib": probe(gpu.device.uuid)})
         return backend
 
     def _optional(self, name: str, *args: Any) -> Any:
@@ -91,18 +92,18 @@ class NvmlBackend:
         for index in range(nvml.nvmlDeviceGetCount()):
             handle = nvml.nvmlDeviceGetHandleByIndex(index)
             capability = self._optional("nvmlDeviceGetCudaComputeCapability", handle)
-            device = GpuDevice(
+            device = GpuInfo(
                 index=index,
                 uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
                 model=_text(nvml.nvmlDeviceGetName(handle)),
                 memory_total_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total // MIB),
-                compute_capability=(int(capability[0]), int(capability[1])) if capability else None,
+                compute_capability=f"{capability[0]}.{capability[1]}" if capability else None,
                 driver_version=_text(driver) if driver else None,
                 cuda_driver_version=int(cuda) if cuda else None,
             )
             self._gpus.append(_Gpu(device, handle, self._xid_events(device, handle)))
 
-    def _xid_events(self, device: GpuDevice, handle: Any) -> Any:
+    def _xid_events(self, device: GpuInfo, handle: Any) -> Any:
         """An event set receiving the GPU's critical XIDs; None where NVML has none."""
         nvml = self._nvml
         try:
@@ -134,7 +135,7 @@ class NvmlBackend:
                 log.warning("GPU %s: %s failed: %s", gpu.device.uuid, function.__name__, exc)
             return None
 
-    def devices(self) -> list[GpuDevice]:
+    def devices(self) -> list[GpuInfo]:
         return [gpu.device for gpu in self._gpus]
 
     def _drain_xids(self, gpu: _Gpu) -> tuple[int, ...]:
@@ -174,18 +175,20 @@ class NvmlBackend:
             nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
             nvml.NVML_VOLATILE_ECC,
         )
-        # usedGpuMemory is None where the driver cannot attribute it (e.g. under MIG); a
-        # process with both a compute and a graphics context is listed in both, with
-        # the memory of its whole context each time
-        used: dict[int, int] = {}
+        # usedGpuMemory is None where the driver cannot attribute it (e.g. under MIG),
+        # and stays unknown; a process with both a compute and a graphics context is
+        # listed in both, with the memory of its whole context each time
+        used: dict[int, int | None] = {}
         for process in running:
-            mib = int((process.usedGpuMemory or 0) // MIB)
-            used[int(process.pid)] = max(used.get(int(process.pid), 0), mib)
+            pid = int(process.pid)
+            mib = None if process.usedGpuMemory is None else int(process.usedGpuMemory // MIB)
+            seen = used.get(pid)
+            used[pid] = mib if seen is None else seen if mib is None else max(seen, mib)
         processes = tuple(ProcessMemory(pid, mib) for pid, mib in used.items())
         return GpuSample(
             uuid=gpu.device.uuid,
-            memory_used_mib=int(memory.used // MIB) if memory is not None else 0,
-            utilization_pct=float(rates.gpu) if rates is not None else 0.0,
+            memory_used_mib=int(memory.used // MIB) if memory is not None else None,
+            utilization_pct=float(rates.gpu) if rates is not None else None,
             processes=processes,
             memory_utilization_pct=float(rates.memory) if rates is not None else None,
             temperature_c=float(temperature) if temperature is not None else None,
@@ -201,7 +204,7 @@ class NvmlBackend:
             try:
                 samples.append(self._sample(gpu))
             except _Lost:
-                samples.append(GpuSample(gpu.device.uuid, 0, 0.0, (), lost=True))
+                samples.append(GpuSample.of_lost(gpu.device.uuid))
         return samples
 
     def job_environment(self) -> dict[str, str]:

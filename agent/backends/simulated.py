@@ -18,8 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from agent.backends.base import GpuDevice, GpuSample, ProcessMemory
+from agent.backends.base import GpuSample, ProcessMemory
 from agent.cluster import SimulatedNode
+from agent.protocol import GpuInfo
 
 STATE_ENV = "COLLOC_SIM_STATE"
 
@@ -75,7 +76,7 @@ class SimulatedGpuStore:
                 tmp.write_text(json.dumps(state), encoding="utf-8")
                 os.replace(tmp, path)
 
-    def create(self, gpu: GpuDevice) -> None:
+    def create(self, gpu: GpuInfo) -> None:
         """Make the GPU's state file if it does not exist yet (keeps running processes)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self._path(gpu.uuid)
@@ -143,24 +144,12 @@ class SimulatedBackend:
     """The GPUs of one node of a simulated cluster."""
 
     def __init__(self, node: SimulatedNode, state_dir: Path) -> None:
-        self._devices = [
-            GpuDevice(
-                gpu.index,
-                gpu.uuid,
-                gpu.model,
-                gpu.memory_total_mib,
-                gpu.kind.compute_capability,
-                gpu.kind.driver_version,
-                gpu.kind.cuda_driver_version,
-                gpu.kind.context_mib,
-            )
-            for gpu in node.gpus
-        ]
+        self._devices = list(node.gpus)
         self.store = SimulatedGpuStore(state_dir)
         for device in self._devices:
             self.store.create(device)
 
-    def devices(self) -> list[GpuDevice]:
+    def devices(self) -> list[GpuInfo]:
         return list(self._devices)
 
     def sample(self) -> list[GpuSample]:
@@ -168,7 +157,7 @@ class SimulatedBackend:
         for device in self._devices:
             state = self.store.observe(device.uuid)
             if state["lost"]:
-                samples.append(GpuSample(device.uuid, 0, 0.0, (), lost=True))
+                samples.append(GpuSample.of_lost(device.uuid))
                 continue
             processes = tuple(
                 ProcessMemory(int(pid), entry["mib"]) for pid, entry in state["processes"].items()
@@ -177,7 +166,7 @@ class SimulatedBackend:
             samples.append(
                 GpuSample(
                     uuid=device.uuid,
-                    memory_used_mib=sum(p.used_mib for p in processes),
+                    memory_used_mib=sum(entry["mib"] for entry in state["processes"].values()),
                     utilization_pct=min(100.0, busy),
                     processes=processes,
                     ecc_uncorrected=int(state["ecc_uncorrected"]),

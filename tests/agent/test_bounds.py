@@ -1,6 +1,6 @@
 """What the agent sends is what the server accepts: a reason of any length or content,
 NaN and out-of-range readings are cut, cleaned and clamped, checked against the
-server's own heartbeat schema."""
+server's own reading of a heartbeat."""
 
 from __future__ import annotations
 
@@ -10,16 +10,16 @@ from pathlib import Path
 from agent import bounds
 from agent.backends.base import GpuSample
 from agent.job import JobProcess, now
-from service.nodes.schemas import AttemptReport, GpuState, Notice
+from agent.protocol import MAX_MIB, REASON_CHARS, TEXT_CHARS, TRUNCATED, Heartbeat, wire
+from service.nodes.schemas import HeartbeatIn
 from tests.agent.test_daemon import FakeServer, make_agent
 
 
-def test_text_is_cleaned_and_cut_with_a_marker() -> None:
-    assert bounds.text("a\x00b\ud800c", 10) == "abc"  # NUL and a lone surrogate dropped
-    cut = bounds.text("x" * 5000, bounds.REASON_CHARS)
-    assert len(cut) == bounds.REASON_CHARS and cut.endswith(bounds.TRUNCATED)
+def test_text_is_cleaned_and_numbers_clamped() -> None:
+    assert bounds.text("a\x00b\ud800c") == "abc"  # NUL and a lone surrogate dropped
     assert bounds.number(math.nan, 0, 100) is None and bounds.number(1e9, 0, 100) == 100
     assert bounds.mib(-5) == 0 and bounds.exit_code(2**40) == 2**31 - 1
+    assert bounds.optional_mib(None) is None and bounds.optional_mib(2**40) == MAX_MIB
 
 
 def test_an_ended_attempts_report_is_within_the_servers_schema(tmp_path: Path) -> None:
@@ -33,23 +33,22 @@ def test_an_ended_attempts_report_is_within_the_servers_schema(tmp_path: Path) -
         peak_mib_by_gpu={"GPU-a": 2**40},
     )
     job.notify(
-        {
-            "kind": "over_reservation",
-            "gpu_uuid": "GPU-a",
-            "used_mib": 1,
-            "reserved_mib": 1,
-            "action": "warn",
-            "message": "m\x00" * 2000,
-        }
+        kind="over_reservation",
+        gpu_uuid="GPU-a",
+        used_mib=1,
+        reserved_mib=1,
+        action="warn",
+        message="m\x00" * 2000,
     )
     job.outcome, job.exit_code, job.finished_at = "failed", -(2**40), now()
     job.reason = "cannot start '/" + "x\x00" * 4500 + "': File name too long"
-    report = AttemptReport.model_validate(job.report())
+    body = wire(Heartbeat(gpus=[], attempts=[job.report(logs=[])]))
+    (report,) = HeartbeatIn.model_validate(body).attempts
     assert report.reason is not None and "\x00" not in report.reason
-    assert report.reason.endswith(bounds.TRUNCATED) and len(report.reason) == 4096
-    assert report.exit_code == -(2**31) and report.peak_mib_by_gpu == {"GPU-a": bounds.MAX_MIB}
-    (notice,) = job.notices
-    assert Notice.model_validate(notice).message.endswith(bounds.TRUNCATED)
+    assert report.reason.endswith(TRUNCATED) and len(report.reason) == REASON_CHARS
+    assert report.exit_code == -(2**31) and report.peak_mib_by_gpu == {"GPU-a": MAX_MIB}
+    (notice,) = report.notices
+    assert notice.message.endswith(TRUNCATED) and len(notice.message) == TEXT_CHARS
 
 
 def test_gpu_readings_are_within_the_servers_schema(tmp_path: Path) -> None:
@@ -65,8 +64,9 @@ def test_gpu_readings_are_within_the_servers_schema(tmp_path: Path) -> None:
         temperature_c=math.inf,
         power_w=1e12,
     )
-    state = GpuState.model_validate(agent._gpu_state(sample))
-    assert state.memory_used_mib == 0 and state.utilization_pct == 0.0
+    body = wire(Heartbeat(gpus=[agent._gpu_state(sample)]))
+    (state,) = HeartbeatIn.model_validate(body).gpus
+    assert state.memory_used_mib == 0 and state.utilization_pct is None  # NaN: unknown
     assert state.memory_utilization_pct == 100 and state.temperature_c is None
     assert state.power_w == 100_000 and state.health_reason is not None
-    assert "\x00" not in state.health_reason and len(state.health_reason) <= 1024
+    assert "\x00" not in state.health_reason and len(state.health_reason) <= TEXT_CHARS

@@ -185,7 +185,7 @@ def test_nvml_discovery_describes_each_device(monkeypatch: pytest.MonkeyPatch) -
 
     a100, t4 = NvmlBackend.open(probe=fake_probe).devices()
     assert measured == ["GPU-aaaa", "GPU-bbbb"]
-    assert a100.description() == {
+    assert a100.model_dump() == {
         "uuid": "GPU-aaaa",
         "index": 0,
         "model": "NVIDIA A100-SXM4-40GB",
@@ -216,5 +216,5 @@ def test_simulated_devices_are_described_from_the_cluster_file(tmp_path: Path) -
         }
     )
     known, mystery = SimulatedBackend(node, tmp_path).devices()
-    assert known.compute_capability == (8, 0)  # the catalog's
+    assert known.compute_capability == "8.0"  # the catalog's
     assert (mystery.compute_capability, mystery.driver_version) == (None, "1.2")

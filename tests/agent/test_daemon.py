@@ -100,6 +100,7 @@ def assign(agent: Agent, server: FakeServer, job_id: int, command: list[str], mi
             "env": {},
             "workdir": None,
             "gpu_uuids": [uuid],
+            "account": "nobody",  # the agent runs jobs as itself here (run_jobs_as agent)
             "reserved_mib": mib,
             "reserved_mib_by_gpu": {uuid: mib},
         }

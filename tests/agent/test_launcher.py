@@ -86,8 +86,8 @@ def test_job_sees_its_gpus_env_and_workdir_but_not_the_agent_token(
         str(tmp_path),
         "no-token",
     ]
-    report = job.report()
-    assert report["state"] == "exited" and report["outcome"] == "succeeded"
+    report = job.report(logs=[])
+    assert report.state == "exited" and report.outcome == "succeeded"
 
 
 def start_command(tmp_path: Path, command: list[str], env: dict[str, str]) -> JobProcess:

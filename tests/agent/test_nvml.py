@@ -200,18 +200,19 @@ def test_devices_and_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert t4.model == "Tesla T4"
     first, second = backend.sample()
-    # NotSupported is a value, not a crash
-    assert first.utilization_pct == 0.0 and first.memory_utilization_pct is None
+    # NotSupported is an explicit "unknown", not a crash, and never 0
+    assert first.utilization_pct is None and first.memory_utilization_pct is None
     assert first.power_w is None and first.mig_enabled is True and first.temperature_c == 41
     assert second.utilization_pct == 37.0 and second.memory_used_mib == 5000
     assert second.memory_utilization_pct == 10 and second.power_w == 70.5
     assert second.mig_enabled is None and second.ecc_uncorrected == 0
-    assert [(p.pid, p.used_mib) for p in first.processes] == [(4242, 3000), (4343, 0)]
+    assert [(p.pid, p.used_mib) for p in first.processes] == [(4242, 3000), (4343, None)]
     # graphics contexts count too; a process with both kinds is counted once
-    fake.graphics[0] = [Process(4242, 3000 * MIB), Process(4444, 700 * MIB)]
+    # (with its memory where only one of its listings can attribute it)
+    fake.graphics[0] = [Process(4242, None), Process(4343, 900 * MIB), Process(4444, 700 * MIB)]
     assert [(p.pid, p.used_mib) for p in backend.sample()[0].processes] == [
         (4242, 3000),
-        (4343, 0),
+        (4343, 900),
         (4444, 700),
     ]
     fake.xids += [79, 48]
@@ -221,7 +222,8 @@ def test_devices_and_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     assert backend.sample()[1].xid_errors == ()  # each event is seen once
     fake.lost = True
     lost = backend.sample()[1]
-    assert lost.lost and lost.memory_used_mib == 0 and not backend.sample()[0].lost
+    assert lost.lost and lost.memory_used_mib is None and lost.utilization_pct is None
+    assert not backend.sample()[0].lost
     backend.close()
     assert len(fake.freed) == 1  # the T4's event set; the A100 had none
 

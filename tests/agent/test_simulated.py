@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends.base import GpuDevice
 from agent.backends.simulated import (
     STATE_ENV,
     SimulatedBackend,
@@ -17,6 +16,7 @@ from agent.backends.simulated import (
     SimulatedOutOfMemory,
 )
 from agent.cluster import ClusterFileError, SimulatedNode, load_cluster, parse_cluster
+from agent.protocol import GpuInfo
 from agent.simjob import SimjobError, parse_peaks
 
 
@@ -64,7 +64,7 @@ def test_bad_cluster_files_say_what_is_wrong(data: object, message: str) -> None
 
 def test_store_accounts_memory_per_process_and_refuses_overflow(tmp_path: Path) -> None:
     store = SimulatedGpuStore(tmp_path)
-    store.create(GpuDevice(0, "GPU-x", "Tesla T4", 1000))
+    store.create(GpuInfo(uuid="GPU-x", index=0, model="Tesla T4", memory_total_mib=1000))
     me = os.getpid()
     store.set_usage("GPU-x", me, 600)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
@@ -137,7 +137,7 @@ def test_bad_peaks_are_refused(text: str) -> None:
 
 def test_concurrent_simjobs_never_overfill_a_gpu(tmp_path: Path) -> None:
     store = SimulatedGpuStore(tmp_path)
-    store.create(GpuDevice(0, "GPU-shared", "Tesla T4", 10000))
+    store.create(GpuInfo(uuid="GPU-shared", index=0, model="Tesla T4", memory_total_mib=10000))
     env = {**os.environ, STATE_ENV: str(tmp_path), "CUDA_VISIBLE_DEVICES": "GPU-shared"}
     jobs = [
         subprocess.Popen(

@@ -22,7 +22,7 @@ def register_simulated(client: TestClient, tmp_path: Path, gpu: dict[str, object
     body = {
         "name": "bw",
         "agent_version": "test",
-        "gpus": [device.description() for device in backend.devices()],
+        "gpus": [device.model_dump() for device in backend.devices()],
     }
     response = client.post("/v1/nodes/register", json=body)
     assert response.status_code == 200, response.text
