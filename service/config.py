@@ -18,16 +18,9 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from service.scheduler import plugins  # noqa: F401  (fills the plugin registries)
-from service.scheduler.framework import (
-    FILTERS,
-    QUEUE_SORTS,
-    SCORERS,
-    Limit,
-    Quotas,
-    SchedulerConfig,
-)
+from service.scheduler.framework import Limit, Quotas, SchedulerConfig
 from service.scheduler.lifecycle import ReservationRules
+from service.scheduler.plugins import BUILT_IN
 
 CONFIG_FILE_ENV = "COLLOC_CONFIG_FILE"
 # the priorities a job can have (higher runs first)
@@ -67,7 +60,7 @@ class Settings(BaseSettings):
     # needed, after a back-off of oom_backoff_s * 2^(failures - 1)
     oom_reservation_factor: float = Field(default=1.2, ge=1.0, le=4.0)
     oom_backoff_s: float = Field(default=10.0, ge=0, le=3600)
-    # placement pipeline (plugin names from service/scheduler/plugins.py)
+    # placement pipeline (plugin names from service/scheduler/plugins.py's BUILT_IN)
     scheduler_queue_sort: str = "priority_fifo"
     scheduler_filters: list[str] = Field(default_factory=lambda: list(SchedulerConfig().filters))
     scheduler_scorers: dict[str, float] = Field(
@@ -123,17 +116,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _known_plugins(self) -> Settings:
-        unknown = [
-            f"{kind} {name!r} (known: {', '.join(sorted(registry))})"
-            for kind, names, registry in (
-                ("queue sort", [self.scheduler_queue_sort], QUEUE_SORTS),
-                ("filter", self.scheduler_filters, FILTERS),
-                ("scorer", list(self.scheduler_scorers), SCORERS),
-            )
-            for name in names
-            if name not in registry
-        ]
-        if unknown:
+        if unknown := BUILT_IN.unknown(self.scheduler()):
             raise ValueError("unknown scheduler plugin(s): " + "; ".join(unknown))
         return self
 

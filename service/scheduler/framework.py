@@ -1,17 +1,21 @@
 """The scheduler's extension points, in the manner of the Kubernetes scheduling
 framework (pkg/scheduler/framework/interface.go): a queue order, filters that answer
 with a status and a reason a person can read, and scorers whose 0-100 answers are
-weighted and summed. Plugins are chosen by name from the registries below, so which
-ones run and their weights are configuration, not code.
+weighted and summed. A plugin that needs to know the whole cycle (the waiting queue,
+every GPU) prepares itself once per cycle (`Prepares`: Kubernetes' PreFilter and
+PreScore), so it holds its own state. A filter may also declare that the core's
+candidate index can enforce it (`GpuFilter`, `ModelIndex`, `MemoryIndex`): that is
+how the core prunes thousands of GPUs without knowing any plugin. Which plugins run,
+and their weights, is configuration: names looked up in a `Registry`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Protocol, Self, runtime_checkable
 
-from service.scheduler.snapshot import GpuView, NodeView, PendingJob
+from service.scheduler.snapshot import GpuView, NodeView, PendingJob, Snapshot
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,6 @@ class Context:
 
     config: SchedulerConfig
     nodes: dict[int, NodeView]
-    kept_gpus: frozenset[int] = frozenset()  # for waiting jobs that fit one GPU model only
-    one_model_jobs: frozenset[int] = frozenset()  # those jobs (and jobs that fit none)
 
 
 class QueueSort(Protocol):
@@ -83,29 +85,90 @@ class Scorer(Protocol):
         ...
 
 
-QUEUE_SORTS: dict[str, Callable[[], QueueSort]] = {}
-FILTERS: dict[str, Callable[[], Filter]] = {}
-SCORERS: dict[str, Callable[[], Scorer]] = {}
+@runtime_checkable
+class Prepares(Protocol):
+    """A filter or scorer with state of its own for one cycle."""
+
+    def prepare(self, snapshot: Snapshot, ctx: Context) -> Self:
+        """This plugin as it judges every job of the cycle on `snapshot`."""
+        ...
+
+
+class GpuFilter:
+    """A filter that reads the GPU alone, never the job: the core's candidate index
+    holds only the GPUs that pass it, and asks again when a placement changes one."""
+
+    def check_gpu(self, gpu: GpuView, ctx: Context) -> Status:
+        raise NotImplementedError
+
+    def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
+        return self.check_gpu(gpu, ctx)
+
+
+@runtime_checkable
+class ModelIndex(Protocol):
+    """A filter that only a job's GPU models pass: the core looks at no other model."""
+
+    def models(self, job: PendingJob) -> Collection[str] | None:
+        """The models `job` may run on (None: any)."""
+        ...
+
+
+@dataclass(frozen=True)
+class MemoryBound:
+    """What a GPU needs to pass a memory filter for a job: this much free memory (as
+    `GpuView.free_mib` counts it), and, when `idle`, no job and no reservation on it."""
+
+    free_mib: int
+    idle: bool = False
+
+
+def is_idle(gpu: GpuView) -> bool:
+    return gpu.jobs == 0 and gpu.reserved_mib == 0
+
+
+@runtime_checkable
+class MemoryIndex(Protocol):
+    """A filter that a GPU passes exactly when it meets a `MemoryBound`: the core takes
+    candidates from its GPUs sorted by free memory, from that bound up."""
+
+    def bound(self, job: PendingJob, model: str, ctx: Context) -> MemoryBound | None:
+        """What a GPU of `model` needs to pass for `job` (None: none passes)."""
+        ...
 
 
 class UnknownPluginError(ValueError):
     pass
 
 
-T = TypeVar("T")
+@dataclass(frozen=True)
+class Registry:
+    """The plugins that can be configured, by name."""
 
+    queue_sorts: Mapping[str, Callable[[], QueueSort]]
+    filters: Mapping[str, Callable[[], Filter]]
+    scorers: Mapping[str, Callable[[], Scorer]]
 
-def _pick(registry: dict[str, Callable[[], T]], kind: str, name: str) -> T:
-    if name not in registry:
-        raise UnknownPluginError(f"unknown {kind} plugin {name!r}; known: {sorted(registry)}")
-    return registry[name]()
+    def unknown(self, config: SchedulerConfig) -> list[str]:
+        """The plugins `config` names that this registry lacks, each with what it has."""
+        return [
+            f"{kind} {name!r} (known: {', '.join(sorted(registry))})"
+            for kind, names, registry in (
+                ("queue sort", [config.queue_sort], self.queue_sorts),
+                ("filter", config.filters, self.filters),
+                ("scorer", list(config.scorers), self.scorers),
+            )
+            for name in names
+            if name not in registry
+        ]
 
-
-def build_plugins(
-    config: SchedulerConfig,
-) -> tuple[QueueSort, list[tuple[str, Filter]], list[tuple[Scorer, float]]]:
-    """The configured plugins, from the registries (UnknownPluginError names the bad one)."""
-    queue_sort = _pick(QUEUE_SORTS, "queue sort", config.queue_sort)
-    filters = [(name, _pick(FILTERS, "filter", name)) for name in config.filters]
-    scorers = [(_pick(SCORERS, "scorer", name), weight) for name, weight in config.scorers.items()]
-    return queue_sort, filters, scorers
+    def build(
+        self, config: SchedulerConfig
+    ) -> tuple[QueueSort, list[tuple[str, Filter]], list[tuple[Scorer, float]]]:
+        """The configured plugins (UnknownPluginError names the bad ones)."""
+        if unknown := self.unknown(config):
+            raise UnknownPluginError("unknown scheduler plugin(s): " + "; ".join(unknown))
+        queue_sort = self.queue_sorts[config.queue_sort]()
+        filters = [(name, self.filters[name]()) for name in config.filters]
+        scorers = [(self.scorers[name](), weight) for name, weight in config.scorers.items()]
+        return queue_sort, filters, scorers

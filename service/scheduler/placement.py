@@ -8,7 +8,9 @@ from configuration (Nomad's scheduler/stack.go is the model):
 2. quotas per user and per queue (GPUs, memory);
 3. candidates: a per-model index of GPUs sorted by free memory yields, for each
    allowed model, the few GPUs with the least and the most room that can hold the
-   job (the "limit" stage that keeps a cycle fast on thousands of GPUs);
+   job (the "limit" stage that keeps a cycle fast on thousands of GPUs); the filters
+   that declare it (framework.py: GpuFilter, ModelIndex, MemoryIndex) are applied by
+   the index, so the core knows no plugin by name;
 4. filters (authoritative: every candidate passes all of them);
 5. scorers, weighted; a gang job takes the best N GPUs of one node (several nodes
    only when it allows that);
@@ -23,9 +25,21 @@ import bisect
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
-from service.scheduler.framework import Context, Filter, SchedulerConfig, build_plugins
-from service.scheduler.plugins import gib  # importing plugins registers the built-ins
+from service.scheduler.framework import (
+    Context,
+    Filter,
+    GpuFilter,
+    MemoryIndex,
+    ModelIndex,
+    Prepares,
+    Registry,
+    SchedulerConfig,
+    Scorer,
+    is_idle,
+)
+from service.scheduler.plugins import BUILT_IN, gib
 from service.scheduler.snapshot import (
     GpuView,
     PendingJob,
@@ -33,17 +47,7 @@ from service.scheduler.snapshot import (
     Plan,
     RunningJob,
     Snapshot,
-    room_by_model,
 )
-
-# Filters that read the GPU alone, never the job.
-GPU_ONLY = frozenset({"node_ready", "gpu_health", "job_cap", "utilization_cap"})
-# Filters `_State` enforces itself (its index holds only GPUs that pass the GPU-only
-# ones; candidates come per allowed model, with room for the job): the Kubernetes
-# framework's PreFilter, which keeps a cycle over thousands of GPUs fast.
-INDEXED = GPU_ONLY | {"gpu_model", "memory_fit"}
-# What GPU-only filters are asked about (they do not read it).
-_ANY_JOB = PendingJob(id=0, priority=0, gpus=1, demand_mib={})
 
 
 def _without(gpu: GpuView, mib: int, jobs: int) -> GpuView:
@@ -62,6 +66,58 @@ def _shape(job: PendingJob) -> tuple[object, ...]:
     return (job.gpus, job.exclusive, job.multi_node, job.gpu_models, job.default_demand_mib, demand)
 
 
+class _Pipeline:
+    """The plugins as they judge one cycle, each prepared for it, and sorted by what the
+    candidate index does for them: the Kubernetes framework's PreFilter, which keeps a
+    cycle over thousands of GPUs fast. A filter is applied by the index through the
+    first capability it declares, and only the first filter to declare one is."""
+
+    def __init__(
+        self,
+        ctx: Context,
+        filters: list[tuple[str, Filter]],
+        scorers: list[tuple[Scorer, float]],
+    ) -> None:
+        self.ctx = ctx
+        self.filters = filters
+        self.scorers = scorers
+        self.gpu_filters: list[GpuFilter] = []  # the index holds only GPUs that pass these
+        self.models: ModelIndex | None = None  # the index looks at these models only
+        self.memory: MemoryIndex | None = None  # and, per model, from this bound up
+        self.rest: list[Filter] = []  # what the index does not apply
+        for _name, check in filters:
+            if isinstance(check, GpuFilter):
+                self.gpu_filters.append(check)
+            elif self.models is None and isinstance(check, ModelIndex):
+                self.models = check
+            elif self.memory is None and isinstance(check, MemoryIndex):
+                self.memory = check
+            else:
+                self.rest.append(check)
+
+    def passes(self, job: PendingJob, gpu: GpuView) -> bool:
+        return all(f.check(job, gpu, self.ctx).ok for _name, f in self.filters)
+
+    def passes_rest(self, job: PendingJob, gpu: GpuView) -> bool:
+        """The filters a GPU from `_State.candidates` has not met by construction."""
+        return all(f.check(job, gpu, self.ctx).ok for f in self.rest)
+
+    def scores(self, job: PendingJob, pool: list[GpuView]) -> list[float]:
+        """The weighted sum of every scorer's 0-100 answer, per GPU of `pool`."""
+        totals = [0.0] * len(pool)
+        for scorer, weight in self.scorers:
+            for i, score in enumerate(scorer.scores(job, pool, self.ctx)):
+                totals[i] += weight * score
+        return totals
+
+
+P = TypeVar("P")
+
+
+def _prepared(plugin: P, snapshot: Snapshot, ctx: Context) -> P:
+    return plugin.prepare(snapshot, ctx) if isinstance(plugin, Prepares) else plugin
+
+
 @dataclass
 class _Usage:
     gpus: int = 0
@@ -71,20 +127,20 @@ class _Usage:
 class _State:
     """The cluster as this cycle's placements change it."""
 
-    def __init__(self, snapshot: Snapshot, ctx: Context, gpu_filters: list[Filter]) -> None:
-        self.ctx = ctx
-        self.gpu_filters = gpu_filters
+    def __init__(self, snapshot: Snapshot, pipeline: _Pipeline) -> None:
+        self.pipeline = pipeline
+        self.ctx = ctx = pipeline.ctx
         self.headroom = ctx.config.headroom_mib
         self.gpus = {gpu.id: gpu for gpu in snapshot.gpus}
         self.held: dict[int, int] = {}  # gpu id -> job it is held for
         self.left_out_held = False  # whether the last `candidates` call left held GPUs out
         self.index: dict[str, list[tuple[int, int]]] = {}
-        self.idle: dict[str, list[tuple[int, int]]] = {}  # the index's GPUs without jobs
+        self.idle: dict[str, list[tuple[int, int]]] = {}  # the index's idle GPUs
         for gpu in self.gpus.values():
             if self._indexable(gpu):
                 entry = (gpu.free_mib(self.headroom), gpu.id)
                 self.index.setdefault(gpu.model, []).append(entry)
-                if gpu.jobs == 0:
+                if is_idle(gpu):
                     self.idle.setdefault(gpu.model, []).append(entry)
         for entries in (*self.index.values(), *self.idle.values()):
             entries.sort()
@@ -95,7 +151,7 @@ class _State:
 
     def _indexable(self, gpu: GpuView) -> bool:
         """Whether the GPU passes the configured filters that do not depend on the job."""
-        return all(f.check(_ANY_JOB, gpu, self.ctx).ok for f in self.gpu_filters)
+        return all(f.check_gpu(gpu, self.ctx).ok for f in self.pipeline.gpu_filters)
 
     def _count(self, owner: str, queue: str, gpus: int, memory_mib: int) -> None:
         for usage in (
@@ -139,23 +195,26 @@ class _State:
         few with the least and the most room; for gang jobs, the GPUs of the first few
         nodes with enough of them (all that fit, for jobs that may span nodes)."""
         k = self.ctx.config.candidates_per_model
-        on = self.ctx.config.filters
-        constrained = job.gpu_models is not None and "gpu_model" in on
-        models = job.gpu_models if constrained and job.gpu_models else self.index.keys()
+        models_filter, memory_filter = self.pipeline.models, self.pipeline.memory
+        allowed = None if models_filter is None else models_filter.models(job)
+        models = self.index.keys() if allowed is None else allowed
         chosen: list[int] = []
         self.left_out_held = False
         for model in models:
             entries = self.index.get(model, [])
-            demand = job.demand_for(model)
-            if demand is None or not entries:
+            if not entries or job.demand_for(model) is None:  # nothing to reserve there
                 continue
-            if job.exclusive:
-                idle = self.idle.get(model, [])
-                start = bisect.bisect_left(idle, (demand, -1)) if "memory_fit" in on else 0
-                ids = [g for _f, g in reversed(idle[start:])]
+            start = 0
+            if memory_filter is not None:
+                bound = memory_filter.bound(job, model, self.ctx)
+                if bound is None:
+                    continue
+                entries = self.idle.get(model, []) if bound.idle else entries
+                start = bisect.bisect_left(entries, (bound.free_mib, -1))
+            if job.exclusive:  # it takes its GPUs whole: the most room first
+                ids = [g for _f, g in reversed(entries[start:])]
                 ids = ids if job.gpus > 1 else ids[: 2 * k]
             else:
-                start = bisect.bisect_left(entries, (demand, -1)) if "memory_fit" in on else 0
                 if job.gpus > 1:
                     ids = (
                         [g for _f, g in entries[start:]]
@@ -202,7 +261,7 @@ class _State:
                 entry = (old.free_mib(self.headroom), old.id)
                 entries = self.index[old.model]
                 entries.pop(bisect.bisect_left(entries, entry))
-                if old.jobs == 0:
+                if is_idle(old):
                     idle = self.idle[old.model]
                     idle.pop(bisect.bisect_left(idle, entry))
             new = replace(old, reserved_mib=old.reserved_mib + mib, jobs=old.jobs + 1)
@@ -212,61 +271,42 @@ class _State:
         self._count(job.owner, job.queue, len(gpu_ids), sum(reserved))
 
 
+@dataclass(frozen=True)
+class GpuVerdict:
+    node: str
+    gpu_id: int
+    index: int
+    model: str
+    free_mib: int
+    demand_mib: int | None
+    fits: bool
+    reasons: tuple[str, ...]
+    score: float | None
+    held_for: int | None
+
+
+@dataclass(frozen=True)
+class Explanation:
+    job_id: int
+    summary: str
+    gpus: tuple[GpuVerdict, ...]
+
+
 class Scheduler:
     """The configured pipeline; `place` and `explain` are pure functions of a snapshot."""
 
-    def __init__(self, config: SchedulerConfig) -> None:
+    def __init__(self, config: SchedulerConfig, registry: Registry = BUILT_IN) -> None:
         self.config = config
-        self.queue_sort, self.filters, self.scorers = build_plugins(config)
+        self.queue_sort, self.filters, self.scorers = registry.build(config)
 
-    def _context(self, snapshot: Snapshot) -> Context:
-        nodes = {node.id: node for node in snapshot.nodes}
-        if "scarce_model" not in self.config.filters:
-            return Context(self.config, nodes)
-        return Context(self.config, nodes, *self._kept_gpus(snapshot))
-
-    def _kept_gpus(self, snapshot: Snapshot) -> tuple[frozenset[int], frozenset[int]]:
-        """For each GPU model that is the only one some waiting jobs fit, as many of its
-        GPUs as those jobs ask for (the ones with the most room: the soonest free); and
-        the jobs that fit one GPU model at most."""
-        headroom = self.config.headroom_mib
-        room = room_by_model(((g.model, g.memory_total_mib) for g in snapshot.gpus), headroom)
-        wanted: dict[str, int] = {}
-        one_model: set[int] = set()
-        for job in snapshot.pending:
-            fits = [
-                model
-                for model, most in room.items()
-                if (job.gpu_models is None or model in job.gpu_models)
-                and (demand := job.demand_for(model)) is not None
-                and demand <= most
-            ]
-            if len(fits) > 1:
-                continue
-            one_model.add(job.id)
-            if fits and len(room) > 1 and not job.exclusive:
-                wanted[fits[0]] = wanted.get(fits[0], 0) + job.gpus
-        kept: list[int] = []
-        if wanted:
-            by_room = sorted(snapshot.gpus, key=lambda g: (-g.free_mib(headroom), g.id))
-            for model, count in wanted.items():
-                kept.extend(itertools.islice((g.id for g in by_room if g.model == model), count))
-        return frozenset(kept), frozenset(one_model)
-
-    def _passes(self, job: PendingJob, gpu: GpuView, ctx: Context) -> bool:
-        return all(f.check(job, gpu, ctx).ok for _name, f in self.filters)
-
-    def _passes_rest(self, job: PendingJob, gpu: GpuView, ctx: Context) -> bool:
-        """The filters a GPU from `_State.candidates` has not met by construction."""
-        return all(f.check(job, gpu, ctx).ok for name, f in self.filters if name not in INDEXED)
-
-    def _scores(self, job: PendingJob, pool: list[GpuView], ctx: Context) -> list[float]:
-        """The weighted sum of every scorer's 0-100 answer, per GPU of `pool`."""
-        totals = [0.0] * len(pool)
-        for scorer, weight in self.scorers:
-            for i, score in enumerate(scorer.scores(job, pool, ctx)):
-                totals[i] += weight * score
-        return totals
+    def _pipeline(self, snapshot: Snapshot) -> _Pipeline:
+        """The plugins, each prepared for the cycle on `snapshot`."""
+        ctx = Context(self.config, {node.id: node for node in snapshot.nodes})
+        return _Pipeline(
+            ctx,
+            [(name, _prepared(check, snapshot, ctx)) for name, check in self.filters],
+            [(_prepared(scorer, snapshot, ctx), weight) for scorer, weight in self.scorers],
+        )
 
     def _reserved(self, job: PendingJob, gpu: GpuView) -> int:
         if job.exclusive:
@@ -276,19 +316,19 @@ class Scheduler:
         return demand
 
     def _choose(self, job: PendingJob, state: _State) -> Placement | str:
-        ctx = state.ctx
+        pipeline = state.pipeline
         candidates = state.candidates(job)
-        pool = [gpu for gpu in candidates if self._passes_rest(job, gpu, ctx)]
+        pool = [gpu for gpu in candidates if pipeline.passes_rest(job, gpu)]
         if job.gpus == 1 and pool:  # the common case, without grouping by node
             score, gpu = min(
-                zip(self._scores(job, pool, ctx), pool, strict=True),
+                zip(pipeline.scores(job, pool), pool, strict=True),
                 key=lambda pair: (-pair[0], pair[1].node_id, pair[1].id),
             )
             return Placement(
                 job.id, gpu.node_id, (gpu.id,), (self._reserved(job, gpu),), round(score, 2)
             )
         scored = sorted(
-            zip(self._scores(job, pool, ctx), pool, strict=True),
+            zip(pipeline.scores(job, pool), pool, strict=True),
             key=lambda pair: (-pair[0], pair[1].id),
         )
         by_node: dict[int, list[tuple[float, GpuView]]] = {}
@@ -315,12 +355,12 @@ class Scheduler:
             round(best[0], 2),
         )
 
-    def _refusal(self, job: PendingJob, gpus: list[GpuView], ctx: Context) -> str | None:
+    def _refusal(self, job: PendingJob, gpus: list[GpuView], pipeline: _Pipeline) -> str | None:
         """The first reason a filter the candidate index does not apply gave for refusing
         one of `gpus` (which have room for the job), if one did."""
         for gpu in gpus:
-            for name, check in self.filters:
-                if name not in INDEXED and not (status := check.check(job, gpu, ctx)).ok:
+            for check in pipeline.rest:
+                if not (status := check.check(job, gpu, pipeline.ctx)).ok:
                     return f"the GPUs with room for it refuse it: {status.reason}"
         return None
 
@@ -338,14 +378,14 @@ class Scheduler:
             held = {
                 state.held[g.id]
                 for g in state.candidates(job, include_held=True)
-                if g.id in state.held and self._passes(job, g, state.ctx)
+                if g.id in state.held and state.pipeline.passes(job, g)
             }
         if held:
             return (
                 f"the GPUs that would fit are held for job(s) "
                 f"{', '.join(map(str, sorted(held)))} ahead of it in the queue"
             )
-        refused = self._refusal(job, candidates, state.ctx)
+        refused = self._refusal(job, candidates, state.pipeline)
         if job.gpus > 1 and (by_node or refused):
             most = max((len(gpus) for gpus in by_node.values()), default=0)
             gang = f"needs {job.gpus} GPUs on one node; at most {most} fit on any node now"
@@ -363,20 +403,14 @@ class Scheduler:
     def _hold(self, job: PendingJob, state: _State) -> list[int]:
         """GPUs to keep for a blocked job: on the node where it fits once they empty,
         the ones with the most room now (the soonest to be free)."""
-        ctx = state.ctx
         room = state.headroom
-        models = job.gpu_models if "gpu_model" in ctx.config.filters else None
         by_room = sorted(
-            (
-                gpu
-                for gpu in state.gpus.values()
-                if gpu.id not in state.held and (models is None or gpu.model in models)
-            ),
+            (gpu for gpu in state.gpus.values() if gpu.id not in state.held),
             key=lambda g: (-g.free_mib(room), g.id),
         )
         by_node: dict[int, list[GpuView]] = {}  # each node's GPUs, the most room first
         for gpu in by_room:
-            if self._passes(job, replace(gpu, reserved_mib=0, used_mib=0, jobs=0), ctx):
+            if state.pipeline.passes(job, replace(gpu, reserved_mib=0, used_mib=0, jobs=0)):
                 by_node.setdefault(gpu.node_id, []).append(gpu)
                 if job.gpus == 1:  # the first that fits has the most room
                     break
@@ -396,7 +430,6 @@ class Scheduler:
         """The fewest lower-priority preemptible jobs (lowest priority, newest first) whose
         removal lets `job` fit on one node within its user's and queue's quotas; their
         GPUs are held for it."""
-        ctx = state.ctx
         eligible = sorted(
             (r for r in snapshot.running if r.preemptible and r.priority < job.priority),
             key=lambda r: (r.priority, -r.id),
@@ -417,7 +450,7 @@ class Scheduler:
                     gpu.id
                     for gpu in state.gpus.values()
                     if gpu.node_id == node_id
-                    and self._passes(job, _without(gpu, *freed.get(gpu.id, (0, 0))), ctx)
+                    and state.pipeline.passes(job, _without(gpu, *freed.get(gpu.id, (0, 0))))
                 ]
                 held = fits[: job.gpus]
                 memory = sum(self._reserved(job, state.gpus[gpu_id]) for gpu_id in held)
@@ -433,8 +466,7 @@ class Scheduler:
 
     def place(self, snapshot: Snapshot) -> Plan:
         """Place what can be placed now, in queue order."""
-        gpu_filters = [f for name, f in self.filters if name in GPU_ONLY]
-        state = _State(snapshot, self._context(snapshot), gpu_filters)
+        state = _State(snapshot, self._pipeline(snapshot))
         plan = Plan()
         blocked_head = False
         # Why jobs of each shape failed since the state last changed: in a long queue many
@@ -482,64 +514,44 @@ class Scheduler:
             if held:
                 plan.waiting[job.id] += "; GPUs are held for it while smaller jobs backfill"
 
-
-@dataclass(frozen=True)
-class GpuVerdict:
-    node: str
-    gpu_id: int
-    index: int
-    model: str
-    free_mib: int
-    demand_mib: int | None
-    fits: bool
-    reasons: tuple[str, ...]
-    score: float | None
-    held_for: int | None
-
-
-@dataclass(frozen=True)
-class Explanation:
-    job_id: int
-    summary: str
-    gpus: tuple[GpuVerdict, ...]
-
-
-def explain(scheduler: Scheduler, snapshot: Snapshot, job_id: int) -> Explanation:
-    """Why a pending job waits (or where it would go now), GPU by GPU, with numbers."""
-    job = next((j for j in snapshot.pending if j.id == job_id), None)
-    if job is None:
-        raise KeyError(job_id)
-    plan = scheduler.place(snapshot)
-    placed = next((p for p in plan.placements if p.job_id == job_id), None)
-    ctx = scheduler._context(snapshot)
-    pool = [g for g in snapshot.gpus if scheduler._passes(job, g, ctx)]
-    scores = dict(zip((g.id for g in pool), scheduler._scores(job, pool, ctx), strict=True))
-    verdicts = []
-    for gpu in sorted(snapshot.gpus, key=lambda g: (ctx.nodes[g.node_id].name, g.index)):
-        reasons = tuple(
-            f"{name}: {status.reason}"
-            for name, check in scheduler.filters
-            if not (status := check.check(job, gpu, ctx)).ok
-        )
-        verdicts.append(
-            GpuVerdict(
-                node=ctx.nodes[gpu.node_id].name,
-                gpu_id=gpu.id,
-                index=gpu.index,
-                model=gpu.model,
-                free_mib=gpu.free_mib(scheduler.config.headroom_mib),
-                demand_mib=job.demand_for(gpu.model),
-                fits=not reasons,
-                reasons=reasons,
-                score=None if reasons else round(scores[gpu.id], 2),
-                held_for=plan.held.get(gpu.id),
+    def explain(self, snapshot: Snapshot, job_id: int) -> Explanation:
+        """Why a pending job waits (or where it would go now), GPU by GPU, with numbers
+        (KeyError when it is not pending in `snapshot`)."""
+        job = next((j for j in snapshot.pending if j.id == job_id), None)
+        if job is None:
+            raise KeyError(job_id)
+        plan = self.place(snapshot)
+        placed = next((p for p in plan.placements if p.job_id == job_id), None)
+        pipeline = self._pipeline(snapshot)
+        nodes = pipeline.ctx.nodes
+        pool = [g for g in snapshot.gpus if pipeline.passes(job, g)]
+        scores = dict(zip((g.id for g in pool), pipeline.scores(job, pool), strict=True))
+        verdicts = []
+        for gpu in sorted(snapshot.gpus, key=lambda g: (nodes[g.node_id].name, g.index)):
+            reasons = tuple(
+                f"{name}: {status.reason}"
+                for name, check in pipeline.filters
+                if not (status := check.check(job, gpu, pipeline.ctx)).ok
             )
-        )
-    if placed is not None:
-        where = ", ".join(
-            f"{ctx.nodes[placed.node_id].name} GPU {gpu_id}" for gpu_id in placed.gpu_ids
-        )
-        summary = f"fits now: the next cycle places it on {where} (score {placed.score})"
-    else:
-        summary = plan.waiting.get(job_id, "waiting")
-    return Explanation(job_id, summary, tuple(verdicts))
+            verdicts.append(
+                GpuVerdict(
+                    node=nodes[gpu.node_id].name,
+                    gpu_id=gpu.id,
+                    index=gpu.index,
+                    model=gpu.model,
+                    free_mib=gpu.free_mib(self.config.headroom_mib),
+                    demand_mib=job.demand_for(gpu.model),
+                    fits=not reasons,
+                    reasons=reasons,
+                    score=None if reasons else round(scores[gpu.id], 2),
+                    held_for=plan.held.get(gpu.id),
+                )
+            )
+        if placed is not None:
+            where = ", ".join(
+                f"{nodes[placed.node_id].name} GPU {gpu_id}" for gpu_id in placed.gpu_ids
+            )
+            summary = f"fits now: the next cycle places it on {where} (score {placed.score})"
+        else:
+            summary = plan.waiting.get(job_id, "waiting")
+        return Explanation(job_id, summary, tuple(verdicts))

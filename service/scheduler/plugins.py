@@ -1,18 +1,21 @@
-"""The built-in plugins, registered by name (see framework.py)."""
+"""The built-in plugins, and `BUILT_IN`, the registry that names them (see framework.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from service.scheduler.framework import (
-    FILTERS,
     OK,
-    QUEUE_SORTS,
-    SCORERS,
     Context,
+    GpuFilter,
+    MemoryBound,
+    Registry,
     Status,
+    is_idle,
 )
-from service.scheduler.snapshot import GpuView, PendingJob
+from service.scheduler.snapshot import GpuView, PendingJob, Snapshot, room_by_model
 
 
 class PriorityFifo:
@@ -22,26 +25,34 @@ class PriorityFifo:
         return (-job.priority, job.id)
 
 
-class NodeReady:
-    def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
+class NodeReady(GpuFilter):
+    def check_gpu(self, gpu: GpuView, ctx: Context) -> Status:
         node = ctx.nodes[gpu.node_id]
         return OK if node.ready else Status(False, f"node {node.name} is not ready")
 
 
-class GpuHealth:
-    def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
+class GpuHealth(GpuFilter):
+    def check_gpu(self, gpu: GpuView, ctx: Context) -> Status:
         return OK if gpu.healthy else Status(False, "GPU is unhealthy")
 
 
 class GpuModel:
+    """The GPU models a job names, if it names any (a `ModelIndex`)."""
+
+    def models(self, job: PendingJob) -> Collection[str] | None:
+        # An empty list narrows nothing here, as admission's can_ever_fit reads it,
+        # while `check` refuses every GPU to it (the simulator's exclusive policy sends
+        # a job that fits no model so).
+        return job.gpu_models or None
+
     def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
         if job.gpu_models is None or gpu.model in job.gpu_models:
             return OK
         return Status(False, f"job wants {', '.join(sorted(job.gpu_models))}, GPU is {gpu.model}")
 
 
-class JobCap:
-    def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
+class JobCap(GpuFilter):
+    def check_gpu(self, gpu: GpuView, ctx: Context) -> Status:
         cap = ctx.config.max_jobs_per_gpu
         return (
             OK
@@ -50,10 +61,10 @@ class JobCap:
         )
 
 
-class UtilizationCap:
+class UtilizationCap(GpuFilter):
     """Compute-heavy neighbours: a busy GPU takes no further job."""
 
-    def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
+    def check_gpu(self, gpu: GpuView, ctx: Context) -> Status:
         cap = ctx.config.max_utilization_pct
         if gpu.jobs == 0 or gpu.utilization_pct < cap:
             return OK
@@ -66,13 +77,20 @@ def gib(mib: float) -> str:
 
 
 class MemoryFit:
+    """The job's demand fits the GPU's free memory; a job that states no memory takes an
+    idle GPU whole (a `MemoryIndex`: this is the one home of that rule)."""
+
+    def bound(self, job: PendingJob, model: str, ctx: Context) -> MemoryBound | None:
+        demand = job.demand_for(model)
+        return None if demand is None else MemoryBound(demand, idle=job.exclusive)
+
     def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
-        demand = job.demand_for(gpu.model)
-        if demand is None:
+        bound = self.bound(job, gpu.model, ctx)
+        if bound is None:
             return Status(False, f"no memory estimate for {gpu.model}")
-        free = gpu.free_mib(ctx.config.headroom_mib)
-        if job.exclusive:
-            if gpu.jobs or gpu.reserved_mib:
+        demand, free = bound.free_mib, gpu.free_mib(ctx.config.headroom_mib)
+        if bound.idle:
+            if not is_idle(gpu):
                 return Status(False, "job needs a whole GPU; this one is shared")
             if free < demand:
                 return Status(False, f"job needs a GPU of {gib(demand)}; this has {gib(free)}")
@@ -88,13 +106,47 @@ class MemoryFit:
         )
 
 
+@dataclass(frozen=True)
 class ScarceModel:
     """GPUs kept for waiting jobs that fit only their GPU model (as many as those jobs
     ask for) take no job that fits another model: otherwise small jobs fill the few
-    large GPUs and the jobs that need them starve."""
+    large GPUs and the jobs that need them starve. `prepare` finds them each cycle."""
+
+    kept_gpus: frozenset[int] = frozenset()
+    one_model_jobs: frozenset[int] = (
+        frozenset()
+    )  # the jobs they are kept for, and jobs that fit none
+
+    def prepare(self, snapshot: Snapshot, ctx: Context) -> ScarceModel:
+        """For each GPU model that is the only one some waiting jobs fit, as many of its
+        GPUs as those jobs ask for (the ones with the most room: the soonest free); and
+        the jobs that fit one GPU model at most."""
+        headroom = ctx.config.headroom_mib
+        room = room_by_model(((g.model, g.memory_total_mib) for g in snapshot.gpus), headroom)
+        wanted: dict[str, int] = {}
+        one_model: set[int] = set()
+        for job in snapshot.pending:
+            fits = [
+                model
+                for model, most in room.items()
+                if (job.gpu_models is None or model in job.gpu_models)
+                and (demand := job.demand_for(model)) is not None
+                and demand <= most
+            ]
+            if len(fits) > 1:
+                continue
+            one_model.add(job.id)
+            if fits and len(room) > 1 and not job.exclusive:
+                wanted[fits[0]] = wanted.get(fits[0], 0) + job.gpus
+        kept: list[int] = []
+        if wanted:
+            by_room = sorted(snapshot.gpus, key=lambda g: (-g.free_mib(headroom), g.id))
+            for model, count in wanted.items():
+                kept.extend(itertools.islice((g.id for g in by_room if g.model == model), count))
+        return ScarceModel(frozenset(kept), frozenset(one_model))
 
     def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
-        if gpu.id not in ctx.kept_gpus or job.exclusive or job.id in ctx.one_model_jobs:
+        if gpu.id not in self.kept_gpus or job.exclusive or job.id in self.one_model_jobs:
             return OK
         return Status(
             False,
@@ -131,14 +183,16 @@ class ModelFit:
         return [100.0 * smallest / gpu.memory_total_mib for gpu in gpus]
 
 
-QUEUE_SORTS.update(priority_fifo=PriorityFifo)
-FILTERS.update(
-    node_ready=NodeReady,
-    gpu_health=GpuHealth,
-    gpu_model=GpuModel,
-    job_cap=JobCap,
-    utilization_cap=UtilizationCap,
-    memory_fit=MemoryFit,
-    scarce_model=ScarceModel,
+BUILT_IN = Registry(
+    queue_sorts={"priority_fifo": PriorityFifo},
+    filters={
+        "node_ready": NodeReady,
+        "gpu_health": GpuHealth,
+        "gpu_model": GpuModel,
+        "job_cap": JobCap,
+        "utilization_cap": UtilizationCap,
+        "memory_fit": MemoryFit,
+        "scarce_model": ScarceModel,
+    },
+    scorers={"binpack": Binpack, "spread": Spread, "model_fit": ModelFit},
 )
-SCORERS.update(binpack=Binpack, spread=Spread, model_fit=ModelFit)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from service.scheduler.framework import SchedulerConfig
-from service.scheduler.placement import Scheduler, explain
+from service.scheduler.placement import Scheduler
 from service.scheduler.snapshot import Snapshot
 from tests.service.test_placement import A100, NO_HEADROOM, NODES, T4, gpu, job, place
 
@@ -24,7 +24,7 @@ def test_a_job_kept_off_gpus_for_one_model_jobs_says_so_not_memory() -> None:
     assert not plan.placements
     assert "kept for waiting jobs that fit no GPU model but" in plan.waiting[3]
     assert "GiB free" not in plan.waiting[3] and "the most free" not in plan.waiting[3]
-    summary = explain(Scheduler(NO_HEADROOM), Snapshot(NODES, gpus, (*big, small)), 3).summary
+    summary = Scheduler(NO_HEADROOM).explain(Snapshot(NODES, gpus, (*big, small)), 3).summary
     assert summary == plan.waiting[3]
 
 
