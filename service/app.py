@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -94,9 +95,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     api_docs.install(app)
 
     @app.get("/healthz", tags=["health"])
-    def healthz(session: SessionDep) -> dict[str, str]:
-        """Liveness and database reachability."""
+    def healthz(session: SessionDep) -> dict[str, str | int]:
+        """Liveness and database reachability; the pid lets `colloc up` tell the server it
+        started from another one already on the port."""
         session.execute(text("SELECT 1"))
-        return {"status": "ok", "version": VERSION}
+        return {"status": "ok", "version": VERSION, "pid": os.getpid()}
 
     return app

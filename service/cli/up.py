@@ -16,6 +16,7 @@ import httpx
 from sqlalchemy.orm import Session, sessionmaker
 
 from agent.cluster import PACKAGED_CLUSTER, ClusterFileError, load_cluster
+from agent.instance_lock import DirectoryInUse, DirectoryLock
 from service.auth import tokens
 from service.cli.errors import CliError
 from service.cli.server import LOG_LEVELS, settings_for
@@ -34,16 +35,32 @@ def _start(*args: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "service.cli", *args], env=env)
 
 
+def _answering_pid(response: httpx.Response) -> object:
+    try:
+        return response.json().get("pid")
+    except (ValueError, AttributeError):  # not Colloc's /healthz
+        return None
+
+
 def _wait_healthy(url: str, server: subprocess.Popen[bytes], timeout_s: float = 60) -> None:
+    """Until the server started here answers: /healthz names the process answering, so
+    another server already on the port (whose /healthz answers too) is an error."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        try:
+            response = httpx.get(f"{url}/healthz", timeout=2)
+        except httpx.HTTPError:
+            response = None
+        if response is not None and response.status_code == 200:
+            if _answering_pid(response) == server.pid:
+                return
+            raise CliError(
+                f"{url} is taken: another server answers there (another `colloc up`?); "
+                "stop it, or give this one another --port",
+                2,
+            )
         if server.poll() is not None:
             raise CliError(f"the server exited with status {server.returncode} while starting")
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
         time.sleep(0.3)
     raise CliError(f"the server did not answer at {url} within {timeout_s:.0f} s")
 
@@ -79,6 +96,10 @@ def run_up(args: argparse.Namespace) -> int:
         raise CliError(str(exc), 2) from exc
     data_dir: Path = args.data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)  # the database and every token
+    try:  # held until this process ends: a second `colloc up` must not share its agents' jobs
+        _lock = DirectoryLock(data_dir, "colloc up", "--data-dir")
+    except DirectoryInUse as exc:
+        raise CliError(str(exc), 2) from exc
     url = f"http://{args.host}:{args.port}"
     database_url = f"sqlite:///{data_dir / 'colloc.db'}"
     auth = not settings_for(database_url).auth_disabled
@@ -128,7 +149,10 @@ def run_up(args: argparse.Namespace) -> int:
                     str(data_dir / "logs" / node.name),
                     "--work-dir",
                     str(data_dir / "work" / node.name),
-                    "--stop-jobs-on-exit",  # one machine: nothing outlives `colloc up`
+                    # one machine, one `colloc up` on its data directory (the lock above):
+                    # nothing outlives it, not even jobs a killed earlier one left running
+                    "--stop-jobs-on-exit",
+                    "--stop-adopted-jobs-on-exit",
                     # one user: every job runs as whoever started `colloc up`, root included
                     "--run-jobs-as",
                     "agent",

@@ -14,25 +14,20 @@ import httpx
 from tests.e2e.harness import FAST, free_port
 
 
+def colloc_up(port: int, data_dir: Path, stderr: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "up", "--port", str(port), "--data-dir", data_dir],
+        env={**os.environ, **FAST},
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+
+
 def test_up_serves_the_packaged_cluster_runs_a_job_and_stops(tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    up = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "service.cli",
-            "up",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(tmp_path / "data"),
-        ],
-        env={**os.environ, **FAST},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    up = colloc_up(port, tmp_path / "data", subprocess.DEVNULL)
     try:
         assert up.stdout is not None
         banner = ""
@@ -63,10 +58,23 @@ def test_up_serves_the_packaged_cluster_runs_a_job_and_stops(tmp_path: Path) -> 
             json={
                 "name": "hello",
                 "memory_mib": 2000,
-                "command": ["colloc", "simjob", "--peak-mib", "1500", "--seconds", "1"],
+                "command": ["colloc", "simjob", "--peak-mib", "1500", "--seconds", "3"],
             },
         ).json()
         deadline = time.monotonic() + 60
+        while http.get(f"/v1/jobs/{job['id']}").json()["state"] != "running":
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.2)
+        # a second `colloc up` on the same data directory, or on the same port, is refused
+        # at once: it neither says it is up nor touches the running job
+        for other_port, data_dir, refusal in [
+            (free_port(), tmp_path / "data", f"in use by colloc up (pid {up.pid})"),
+            (port, tmp_path / "other-data", f"{url} is taken"),
+        ]:
+            second = colloc_up(other_port, data_dir, subprocess.PIPE)
+            out, err = second.communicate(timeout=60)
+            assert second.returncode == 2 and refusal in err, err
+            assert "Colloc is up" not in out and "Traceback" not in err
         while http.get(f"/v1/jobs/{job['id']}").json()["state"] != "succeeded":
             assert time.monotonic() < deadline, "the job did not succeed"
             time.sleep(0.2)
