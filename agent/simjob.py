@@ -7,6 +7,7 @@ a PyTorch job dies on a CUDA OOM: the same exception line on stderr, exit status
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import sys
@@ -110,3 +111,12 @@ def run(peaks: int | dict[str, int], seconds: float, ramp_seconds: float, sm_pct
     finally:
         for uuid in targets:
             store.release(uuid, pid)
+
+
+def run_simjob(args: argparse.Namespace) -> int:
+    """`colloc simjob`: bad arguments are one line on stderr and status 2."""
+    try:
+        return run(parse_peaks(args.peak_mib), args.seconds, args.ramp_seconds, args.sm_pct)
+    except SimjobError as exc:
+        print(f"colloc: error: {exc}", file=sys.stderr)
+        return 2

@@ -123,12 +123,12 @@ def run_train(args: argparse.Namespace) -> int:
     # imported here: scikit-learn takes a second to load, which no other command needs
     from estimator.learned.train import table_sha256, train
 
-    rows = measurements.read(args.data)
-    trained = train(rows, data_sha256=table_sha256(args.data))
-    artifact.save(trained, args.out)
-    print(
-        f"trained {trained.version} on {trained.manifest['data']['runs_used']} runs -> {args.out}"
-    )
+    data = args.data or measurements.TABLE
+    out = args.out or artifact.ARTIFACT_DIR
+    rows = measurements.read(data)
+    trained = train(rows, data_sha256=table_sha256(data))
+    artifact.save(trained, out)
+    print(f"trained {trained.version} on {trained.manifest['data']['runs_used']} runs -> {out}")
     return 0
 
 
@@ -137,51 +137,7 @@ def run_extract(args: argparse.Namespace) -> int:
         rows = measurements.extract(args.shared)
     except (OSError, KeyError, ValueError) as exc:
         return _fail(f"cannot read the measurements in {args.shared}: {exc}")
-    measurements.write(rows, args.out)
-    print(f"{len(rows)} measurements written to {args.out}")
+    out = args.out or measurements.TABLE
+    measurements.write(rows, out)
+    print(f"{len(rows)} measurements written to {out}")
     return 0
-
-
-def add_commands(commands: Any) -> None:
-    estimate = commands.add_parser("estimate", help="offline peak-memory estimate")
-    estimate.add_argument(
-        "file", type=Path, nargs="?", help="one TrainingSpec or a list (YAML/JSON)"
-    )
-    estimate.add_argument(
-        "--trace",
-        metavar="PKG.MODULE:FACTORY",
-        help="measure your own model on the meta device (needs torch) and print its "
-        "summary form for a job file's training.model",
-    )
-    estimate.add_argument(
-        "--input-shape", help="with --trace: one sample's input shape, e.g. 3,224,224"
-    )
-    estimate.add_argument("--out", type=Path, help="with --trace: write the summary here")
-    estimate.add_argument(
-        "--gpu", help="one GPU model, any NVML name or alias (default: every catalogued model)"
-    )
-    estimate.add_argument(
-        "--gpu-memory-mib", type=int, help="its memory as NVML reports it (an uncatalogued GPU)"
-    )
-    estimate.add_argument(
-        "--compute-capability", help="its compute capability, e.g. 9.0 (an uncatalogued GPU)"
-    )
-    estimate.add_argument("--json", action="store_true", help="one Estimate object per line")
-    estimate.set_defaults(run=run_estimate)
-
-    estimator = commands.add_parser("estimator", help="estimator maintenance")
-    actions = estimator.add_subparsers(dest="estimator_command", required=True, metavar="ACTION")
-    trainer = actions.add_parser("train", help="retrain the calibration from measured runs")
-    trainer.add_argument(
-        "--data", type=Path, default=measurements.TABLE, help="measurement table (CSV)"
-    )
-    trainer.add_argument(
-        "--out", type=Path, default=artifact.ARTIFACT_DIR, help="directory for the artifact"
-    )
-    trainer.set_defaults(run=run_train)
-    extract = actions.add_parser("extract", help="rebuild the measurement table from the data")
-    extract.add_argument("shared", type=Path, help="the shared data folder (../shared/data)")
-    extract.add_argument(
-        "--out", type=Path, default=measurements.TABLE, help="the table to write (CSV)"
-    )
-    extract.set_defaults(run=run_extract)

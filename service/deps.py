@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from estimator.estimate import Estimator
 from service.config import Settings
+from service.ids import MAX_ID
 from service.scheduler.placement import Scheduler
 
 
@@ -28,9 +29,6 @@ def _scheduler(request: Request) -> Scheduler:
     return scheduler
 
 
-# Row ids are 32-bit in the database: larger numbers are refused as bad input, not
-# passed on to fail there.
-MAX_ID = 2**31 - 1
 JobId = Annotated[int, Path(ge=1, le=MAX_ID)]
 NodeId = Annotated[int, Path(ge=1, le=MAX_ID)]
 IdFilter = Annotated[int | None, Query(ge=1, le=MAX_ID)]

@@ -14,10 +14,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.auth.models import ApiToken
+from service.auth.roles import ROLES
 from service.db import utcnow
 from service.errors import ApiError, not_found
 
-ROLES = ("user", "admin", "agent")
 TOKEN_PREFIX = "colloc_"
 MAX_TOKEN_LENGTH = 256
 

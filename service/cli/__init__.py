@@ -1,6 +1,10 @@
 """The `colloc` command: one entry point gathering each package's commands.
 
-This is the composition root, so it is the one place that knows every package.
+This is the composition root, so it is the one place that knows every package. It
+builds the whole parser from each package's parser module, which names its handlers as
+"module:function"; only the handler of the command given is imported, so that `colloc
+--help`, `colloc jobs` or `colloc simjob` (in every simulated job) do not load the
+server's FastAPI, SQLAlchemy and Alembic.
 """
 
 from __future__ import annotations
@@ -9,29 +13,54 @@ import argparse
 import logging
 import os
 import sys
-from collections.abc import Sequence
-from importlib.metadata import version
+from collections.abc import Callable, Sequence
+from importlib import import_module
+from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
-from agent import cli as agent_cli
-from estimator import cli as estimator_cli
-from service.cli import client, completion, priority, server, simulate, tokens, up, views
+from agent import cli_parser as agent_parser
+from estimator import cli_parser as estimator_parser
+from service.cli import parser as service_parser
 from service.cli.errors import CliError
+
+
+class _PrintVersion(argparse.Action):
+    """`--version`, looked up only when asked for: importlib.metadata alone takes about
+    as long to import as the rest of the parser."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        from importlib.metadata import version
+
+        print(f"colloc {version('colloc')}")
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="colloc", description="GPU memory-aware job collocation scheduler"
     )
-    parser.add_argument(
-        "--version", action="version", version=f"colloc {version('colloc')}", help="print it"
-    )
+    parser.add_argument("--version", action=_PrintVersion, help="print it")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (server, up, client, views, priority, tokens, simulate, agent_cli, estimator_cli):
-        module.add_commands(commands)
-    completion.add_commands(commands, parser)
+    service_parser.add_commands(commands)
+    agent_parser.add_commands(commands)
+    estimator_parser.add_commands(commands)
+    service_parser.add_completion_command(commands)
     return parser
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """Import the handler the parsed command names ("module:function") and run it."""
+    module, _, name = args.run.partition(":")
+    handler: Callable[[argparse.Namespace], int] = getattr(import_module(module), name)
+    return handler(args)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -42,17 +71,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:
-        status = args.run(args)
+        status = run_command(args)
     except CliError as exc:
         print(f"colloc: error: {exc}", file=sys.stderr)
         status = exc.status
-    except SQLAlchemyError as exc:  # token, account and db commands open the database
-        reason = getattr(exc, "orig", None) or exc
-        print(
-            f"colloc: error: cannot use the database (--db, COLLOC_DATABASE_URL): {reason}",
-            file=sys.stderr,
-        )
-        status = 1
     except KeyboardInterrupt:
         status = 130
     except BrokenPipeError:

@@ -12,6 +12,8 @@ import shlex
 from collections.abc import Iterator
 from typing import Any
 
+from service.cli import build_parser
+
 _FUNCTION = r"""
 _colloc() {
   local cur prev path=colloc word i key
@@ -77,15 +79,7 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
     return "\n".join(lines) + _FUNCTION
 
 
-def add_commands(commands: Any, parser: argparse.ArgumentParser) -> None:
-    completion = commands.add_parser(
-        "completion",
-        help="print a shell completion script: source <(colloc completion bash)",
-    )
-    completion.add_argument("shell", choices=["bash", "zsh"], help="the shell to complete in")
-
-    def run(args: argparse.Namespace) -> int:
-        print(script(parser, args.shell))
-        return 0
-
-    completion.set_defaults(run=run)
+def run(args: argparse.Namespace) -> int:
+    """Print the script for the parser this `colloc` builds."""
+    print(script(build_parser(), args.shell))
+    return 0

@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 import httpx
 from sqlalchemy.orm import Session, sessionmaker
@@ -19,7 +18,7 @@ from agent.cluster import PACKAGED_CLUSTER, ClusterFileError, load_cluster
 from agent.instance_lock import DirectoryInUse, DirectoryLock
 from service.auth import tokens
 from service.cli.errors import CliError
-from service.cli.server import LOG_LEVELS, settings_for
+from service.cli.server import database_errors, settings_for
 from service.db import make_engine, make_sessionmaker, transaction, upgrade
 
 # a copy of examples/job.yaml shipped in the package: `pip install colloc` has no examples/
@@ -90,8 +89,9 @@ def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
 
 
 def run_up(args: argparse.Namespace) -> int:
+    cluster: Path = args.cluster or PACKAGED_CLUSTER
     try:
-        nodes = load_cluster(args.cluster)
+        nodes = load_cluster(cluster)
     except ClusterFileError as exc:
         raise CliError(str(exc), 2) from exc
     data_dir: Path = args.data_dir.resolve()
@@ -105,12 +105,13 @@ def run_up(args: argparse.Namespace) -> int:
     auth = not settings_for(database_url).auth_disabled
     token_files: dict[str, Path] = {}
     if auth:
-        upgrade(database_url)
-        sessions = make_sessionmaker(make_engine(database_url))
-        token_files["admin"] = _token_file(sessions, data_dir / "admin.token", "admin", "admin")
-        for node in nodes:
-            path = data_dir / f"agent-{node.name}.token"
-            token_files[node.name] = _token_file(sessions, path, "agent", node.name)
+        with database_errors():
+            upgrade(database_url)
+            sessions = make_sessionmaker(make_engine(database_url))
+            token_files["admin"] = _token_file(sessions, data_dir / "admin.token", "admin", "admin")
+            for node in nodes:
+                path = data_dir / f"agent-{node.name}.token"
+                token_files[node.name] = _token_file(sessions, path, "agent", node.name)
     processes: list[subprocess.Popen[bytes]] = []
 
     def _interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -138,7 +139,7 @@ def run_up(args: argparse.Namespace) -> int:
                     "--server",
                     url,
                     "--simulate",
-                    str(args.cluster),
+                    str(cluster),
                     "--node",
                     node.name,
                     "--sim-state",
@@ -190,28 +191,3 @@ def run_up(args: argparse.Namespace) -> int:
         return 0
     finally:
         _stop_all(processes)
-
-
-def add_commands(commands: Any) -> None:
-    up = commands.add_parser("up", help="scheduler plus simulated agents on this machine")
-    up.add_argument("--host", default="127.0.0.1", help="address the server listens on")
-    up.add_argument("--port", type=int, default=8000, help="port the server listens on")
-    up.add_argument(
-        "--data-dir",
-        type=Path,
-        default=Path("colloc-data"),
-        help="database, tokens, job output (default ./colloc-data)",
-    )
-    up.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default="info",
-        help="the server's log level; debug also logs every request",
-    )
-    up.add_argument(
-        "--cluster",
-        type=Path,
-        default=PACKAGED_CLUSTER,
-        help="simulated cluster file (default: a packaged mixed-GPU example)",
-    )
-    up.set_defaults(run=run_up)

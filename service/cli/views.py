@@ -7,11 +7,9 @@ import argparse
 from collections import Counter
 from typing import Any
 
-from service.cli.client import connection_options, request
+from service.cli.client import request
 from service.cli.errors import CliError
 from service.cli.output import (
-    add_output_option,
-    add_watch_option,
     age,
     clip,
     gib,
@@ -20,23 +18,10 @@ from service.cli.output import (
     short_gpu,
     watching,
 )
-from service.scheduler.states import JobState
 
-JOB_STATES = tuple(JobState)
 # Width the REASON column is cut to in the default table (`-o wide` shows it whole):
 # with the other columns it keeps a row within a 160-column terminal.
 REASON_WIDTH = 60
-
-
-def _states(text: str) -> list[str]:
-    """`--state running,pending` (the option may also repeat)."""
-    states = [s.strip() for s in text.split(",") if s.strip()]
-    unknown = [s for s in states if s not in JOB_STATES]
-    if unknown or not states:
-        raise argparse.ArgumentTypeError(
-            f"unknown state {', '.join(unknown) or repr(text)}; states: {', '.join(JOB_STATES)}"
-        )
-    return states
 
 
 def _gpus(job: dict[str, Any]) -> str:
@@ -163,31 +148,3 @@ def run_nodes(args: argparse.Namespace) -> int:
         return 0
 
     return watching(args, render)
-
-
-def add_commands(commands: Any) -> None:
-    common = connection_options()
-
-    jobs = commands.add_parser("jobs", parents=[common], help="list jobs, newest first")
-    jobs.add_argument(
-        "--state",
-        type=_states,
-        action="append",
-        metavar="STATE[,STATE]",
-        help=f"only jobs in these states (repeatable): {', '.join(JOB_STATES)}",
-    )
-    jobs.add_argument("--user", "-u", help="only this user's jobs (admins see every user's)")
-    jobs.add_argument("--queue", "-q", help="only jobs of this queue")
-    jobs.add_argument("--limit", type=int, default=50, help="show at most N jobs (default 50)")
-    add_output_option(jobs, ["wide", "json", "name"])
-    add_watch_option(jobs)
-    jobs.set_defaults(run=run_jobs)
-
-    nodes = commands.add_parser(
-        "nodes",
-        parents=[common],
-        help="the cluster: nodes, GPUs, memory, running jobs (-o wide: admin)",
-    )
-    add_output_option(nodes, ["wide", "json", "name"])
-    add_watch_option(nodes)
-    nodes.set_defaults(run=run_nodes)

@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 from service.auth.deps import UserDep, allow
 from service.auth.tokens import Principal
 from service.deps import (
-    MAX_ID,
     EstimatorDep,
     JobId,
     Offset,
@@ -23,6 +22,7 @@ from service.deps import (
 from service.errors import ApiError, not_found
 from service.events.service import EventFilters, list_events
 from service.filters import JobFiltersDep
+from service.ids import MAX_ID
 from service.jobs import lifecycle, observations, queries, submission
 from service.jobs.models import Job
 from service.jobs.schemas import (

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,27 @@ def _described(parser: argparse.ArgumentParser, path: str) -> Iterator[str]:
 
 def test_every_help_entry_says_what_it_is() -> None:
     assert list(_described(build_parser(), "colloc")) == []
+
+
+def _commands(parser: argparse.ArgumentParser, path: str) -> Iterator[tuple[str, Any]]:
+    """(command line, parser) for every command that runs (one without subcommands)."""
+    subcommands = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subcommands:
+        yield path, parser
+    for action in subcommands:
+        for name, sub in action.choices.items():
+            yield from _commands(sub, f"{path} {name}")
+
+
+def test_every_command_names_a_handler_that_exists() -> None:
+    """Handlers are named "module:function" and imported only when their command runs, so a
+    wrong name would otherwise show only then."""
+    missing = []
+    for path, parser in _commands(build_parser(), "colloc"):
+        module, _, name = str(parser.get_default("run")).partition(":")
+        if not callable(getattr(import_module(module), name, None)):
+            missing.append(f"{path}: {parser.get_default('run')}")
+    assert missing == []
 
 
 def test_version() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service.cli import build_parser
+from service.cli import build_parser, run_command
 from service.scheduler.framework import Limit, Quotas, SchedulerConfig
 from service.scheduler.snapshot import RunningJob
 from tests.conftest import bearer, make_token
@@ -65,7 +65,7 @@ def test_the_priority_command(client: TestClient, capsys: Any, monkeypatch: Any)
     args = build_parser().parse_args(
         ["priority", str(created["id"]), "7", "--server", "http://colloc"]
     )
-    assert args.run(args) == 0
+    assert run_command(args) == 0
     assert capsys.readouterr().out == f"job {created['id']}: priority 7\n"
     assert client.get(f"/v1/jobs/{created['id']}").json()["priority"] == 7
 
