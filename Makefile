@@ -17,10 +17,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/colloc up
 
+# lint-imports: the layering contracts in pyproject.toml ([tool.importlinter])
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 # Chromium and its driver for the dashboard's browser tests, from Debian's packages.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
