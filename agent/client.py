@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
 from typing import Any
 
 import httpx
+
+
+def tls_verification(ca_file: Path | None) -> ssl.SSLContext | bool:
+    """How an https server's certificate is checked: against the system's CAs, or with
+    `ca_file` (PEM) against that CA alone, e.g. a cluster's own. Never unchecked."""
+    if ca_file is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except OSError as exc:  # unreadable, or holding no certificate (ssl.SSLError)
+        raise ValueError(f"cannot use the CA file {ca_file}: {exc}") from exc
 
 
 class ServerError(Exception):
@@ -16,9 +29,17 @@ class ServerError(Exception):
 
 
 class SchedulerClient:
-    def __init__(self, server: str, token: str | None, timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        server: str,
+        token: str | None,
+        timeout_s: float = 10.0,
+        verify: ssl.SSLContext | bool = True,
+    ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=server.rstrip("/"), headers=headers, timeout=timeout_s)
+        self._http = httpx.Client(
+            base_url=server.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify
+        )
 
     def close(self) -> None:
         self._http.close()

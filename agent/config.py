@@ -32,6 +32,7 @@ class AgentSettings(BaseModel):
     server: str = "http://127.0.0.1:8000"
     token: str | None = None  # COLLOC_TOKEN or the config file: never a flag (`ps` shows flags)
     token_file: Path | None = None  # keeps the node token out of unit files and `ps`
+    ca_file: Path | None = None  # the CA an https server's certificate is checked against
     node: str | None = None  # this node's name; the host name by default
     simulate: Path | None = None  # a simulated cluster file instead of NVML
     sim_state: Path = Path(tempfile.gettempdir()) / "colloc-sim"
@@ -97,7 +98,7 @@ def _private(path: Path, what: str, mode: int | None = None) -> None:
         )
 
 
-ENVIRONMENT = {"server": "COLLOC_SERVER", "token": "COLLOC_TOKEN"}
+ENVIRONMENT = {"server": "COLLOC_SERVER", "token": "COLLOC_TOKEN", "ca_file": "COLLOC_CA_FILE"}
 
 
 def load_settings(config_file: Path | None, flags: dict[str, Any]) -> AgentSettings:

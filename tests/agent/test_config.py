@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli import FLAGS
+from agent.client import tls_verification
 from agent.config import AgentConfigError, load_settings
 from service.cli import build_parser
 
@@ -91,3 +92,15 @@ def test_the_shipped_config_and_systemd_unit_are_valid(repo_root: Path) -> None:
     assert args.command == "agent" and args.config == Path("/etc/colloc/agent.yaml")
     assert all(getattr(args, flag) is None for flag in FLAGS)
     assert "KillMode=process" in unit  # jobs must outlive an agent restart
+
+
+def test_the_ca_file_comes_from_the_environment_and_must_be_usable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    missing = tmp_path / "ca.pem"
+    monkeypatch.setenv("COLLOC_CA_FILE", str(missing))
+    settings = load_settings(None, {"ca_file": None})
+    assert settings.ca_file == missing
+    with pytest.raises(ValueError, match=f"cannot use the CA file {missing}"):
+        tls_verification(settings.ca_file)
+    assert tls_verification(None) is True  # the system's CAs: verified, never skipped
