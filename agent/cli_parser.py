@@ -18,6 +18,12 @@ def add_commands(commands: Any) -> None:
     agent.add_argument(
         "--token-file", type=Path, help="a file holding the node token, mode 0600 (or COLLOC_TOKEN)"
     )
+    agent.add_argument(
+        "--ca-file",
+        type=Path,
+        help="CA certificate (PEM) an https server is checked against (or COLLOC_CA_FILE; "
+        "default: the system's CAs)",
+    )
     agent.add_argument("--simulate", type=Path, metavar="FILE.yaml", help="simulated cluster file")
     agent.add_argument(
         "--node", help="this node's name (with --simulate: which node of the file it is)"

@@ -1,11 +1,10 @@
 """`colloc submit | show | logs | cancel`: the user's client of the REST API, and the
-connection options every client command shares."""
+request every client command makes through."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 import time
@@ -18,16 +17,12 @@ from agent.client import tls_verification
 from estimator.files import read_yaml
 from service.cli.errors import CliError
 from service.cli.output import (
-    add_output_option,
-    add_watch_option,
     gib,
     print_json,
     watching,
 )
-from service.deps import MAX_ID
 from service.scheduler.states import ENDED_ATTEMPT_STATES, FINAL_JOB_STATES
 
-DEFAULT_SERVER = "http://127.0.0.1:8000"
 NO_TOKEN = (
     "no API token: set COLLOC_TOKEN or pass --token "
     "(`colloc up` writes an admin token to colloc-data/admin.token; "
@@ -272,64 +267,3 @@ def run_cancel(args: argparse.Namespace) -> int:
     if args.output == "json":
         print_json(cancelled)
     return 1 if failures else 0
-
-
-def connection_options() -> argparse.ArgumentParser:
-    """--server, --token and --ca-file, from COLLOC_SERVER, COLLOC_TOKEN and COLLOC_CA_FILE."""
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--server",
-        default=os.environ.get("COLLOC_SERVER", DEFAULT_SERVER),
-        help=f"the scheduler's URL (default: COLLOC_SERVER or {DEFAULT_SERVER})",
-    )
-    common.add_argument(
-        "--token",
-        default=os.environ.get("COLLOC_TOKEN"),
-        help="API token (default: COLLOC_TOKEN)",
-    )
-    common.add_argument(
-        "--ca-file",
-        type=Path,
-        default=os.environ.get("COLLOC_CA_FILE"),
-        help="CA certificate (PEM) an https server is checked against "
-        "(default: COLLOC_CA_FILE, else the system's CAs)",
-    )
-    return common
-
-
-def job_id(text: str) -> int:
-    """A job ID argument: a positive integer the API can hold."""
-    if not text.isdecimal() or not 1 <= int(text) <= MAX_ID:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a job ID (a positive number)")
-    return int(text)
-
-
-def add_commands(commands: Any) -> None:
-    common = connection_options()
-
-    submit = commands.add_parser("submit", parents=[common], help="submit a job (YAML or JSON)")
-    submit.add_argument("file", type=Path, help="the job file (see docs/job-file.md)")
-    submit.add_argument("--idempotency-key", help="resubmitting with the same key is a no-op")
-    add_output_option(submit, ["json", "name"])
-    submit.set_defaults(run=run_submit)
-
-    show = commands.add_parser("show", parents=[common], help="show one job")
-    show.add_argument("id", type=job_id, help="job ID")
-    show.add_argument("--explain", action="store_true", help="why it waits / why it is there")
-    add_output_option(show, ["json", "name"])
-    add_watch_option(show)
-    show.set_defaults(run=run_show)
-
-    logs = commands.add_parser("logs", parents=[common], help="print a job's output")
-    logs.add_argument("id", type=job_id, help="job ID")
-    logs.add_argument("--attempt", type=int, help="which attempt (default: the latest)")
-    logs.add_argument(
-        "--stream", choices=["stdout", "stderr"], default="stdout", help="default stdout"
-    )
-    logs.add_argument("--follow", "-f", action="store_true", help="keep printing as it comes")
-    logs.set_defaults(run=run_logs)
-
-    cancel = commands.add_parser("cancel", parents=[common], help="cancel one or more jobs")
-    cancel.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="job IDs")
-    add_output_option(cancel, ["json", "name"])
-    cancel.set_defaults(run=run_cancel)

@@ -24,7 +24,7 @@ JOB_STATES = tuple(JobState)
 
 
 def connection_options() -> argparse.ArgumentParser:
-    """--server and --token, from COLLOC_SERVER and COLLOC_TOKEN by default."""
+    """--server, --token and --ca-file, from COLLOC_SERVER, COLLOC_TOKEN and COLLOC_CA_FILE."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--server",
@@ -35,6 +35,13 @@ def connection_options() -> argparse.ArgumentParser:
         "--token",
         default=os.environ.get("COLLOC_TOKEN"),
         help="API token (default: COLLOC_TOKEN)",
+    )
+    common.add_argument(
+        "--ca-file",
+        type=Path,
+        default=os.environ.get("COLLOC_CA_FILE"),
+        help="CA certificate (PEM) an https server is checked against "
+        "(default: COLLOC_CA_FILE, else the system's CAs)",
     )
     return common
 
@@ -83,6 +90,8 @@ def _server_commands(commands: Any) -> None:
         help="server log level; debug also logs every request (agents' heartbeats too)",
     )
     server.add_argument("--db", help="database URL (default: COLLOC_DATABASE_URL or ./colloc.db)")
+    server.add_argument("--tls-cert", type=Path, help="serve https: certificate chain (PEM)")
+    server.add_argument("--tls-key", type=Path, help="the certificate's private key (PEM)")
     server.set_defaults(run="service.cli.server:run_server")
 
     db = commands.add_parser("db", help="database maintenance")

@@ -1,4 +1,5 @@
-"""`colloc server` and `colloc db upgrade`."""
+"""`colloc server` and `colloc db upgrade`, and what every command that opens the database
+shares: its settings and its errors as one line."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import argparse
 import ipaddress
 import logging
 import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 from pydantic import ValidationError
+from sqlalchemy.exc import SQLAlchemyError
 
 from service.app import create_app
 from service.cli.errors import CliError
@@ -18,8 +21,6 @@ from service.config import Settings
 from service.db import upgrade
 
 log = logging.getLogger(__name__)
-
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug")  # uvicorn's names
 
 
 def is_loopback(host: str) -> bool:
@@ -39,6 +40,16 @@ def settings_for(db: str | None) -> Settings:
         raise CliError(f"invalid settings: {exc.errors()[0]['msg']}", 2) from exc
 
 
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """What the database refuses (a missing directory, a wrong password), as one line."""
+    try:
+        yield
+    except SQLAlchemyError as exc:
+        reason = getattr(exc, "orig", None) or exc
+        raise CliError(f"cannot use the database (--db, COLLOC_DATABASE_URL): {reason}") from exc
+
+
 def run_server(args: argparse.Namespace) -> int:
     settings = settings_for(args.db)
     if settings.auth_disabled:
@@ -50,7 +61,8 @@ def run_server(args: argparse.Namespace) -> int:
             )
         log.warning("authentication is OFF (COLLOC_AUTH_DISABLED): every caller is an admin")
     cert, key = tls_files(args.tls_cert, args.tls_key)
-    upgrade(settings.database_url)
+    with database_errors():
+        upgrade(settings.database_url)
     uvicorn.run(
         create_app(settings),
         host=args.host,
@@ -82,28 +94,7 @@ def tls_files(cert: Path | None, key: Path | None) -> tuple[str | None, str | No
 
 def run_db_upgrade(args: argparse.Namespace) -> int:
     settings = settings_for(args.db)
-    upgrade(settings.database_url)
+    with database_errors():
+        upgrade(settings.database_url)
     print("database is at the newest schema")
     return 0
-
-
-def add_commands(commands: Any) -> None:
-    server = commands.add_parser("server", help="run the scheduler API and dashboard")
-    server.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    server.add_argument("--port", type=int, default=8000, help="port to listen on")
-    server.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default="info",
-        help="server log level; debug also logs every request (agents' heartbeats too)",
-    )
-    server.add_argument("--db", help="database URL (default: COLLOC_DATABASE_URL or ./colloc.db)")
-    server.add_argument("--tls-cert", type=Path, help="serve https: certificate chain (PEM)")
-    server.add_argument("--tls-key", type=Path, help="the certificate's private key (PEM)")
-    server.set_defaults(run=run_server)
-
-    db = commands.add_parser("db", help="database maintenance")
-    db_commands = db.add_subparsers(dest="db_command", required=True, metavar="ACTION")
-    db_upgrade = db_commands.add_parser("upgrade", help="apply migrations")
-    db_upgrade.add_argument("--db", help="database URL")
-    db_upgrade.set_defaults(run=run_db_upgrade)
