@@ -505,21 +505,25 @@ class Simulation:
         self.ooms += 1
         self.lost_gpu_s += (self.now - attempt.started_s) * len(attempt.gpu_ids)
         held = gpu.memory_mib - gpu.used_mib  # what the agent saw it hold as it died
-        ending = Ending(
-            AttemptState.OOM,
-            reason=None,
-            reserved_mib=max(attempt.reserved_mib.values()),
-            peak_mib=held,
-            gpus=[self._held(attempt, self.gpus[gpu_id]) for gpu_id in attempt.gpu_ids],
-        )
+        ending = self._ending(attempt, AttemptState.OOM, held)
         self._release(attempt)
         self.policy.observe_oom(attempt.job, gpu.model, held)
         self._settle(self.states[attempt.job.id], ending)
 
-    @staticmethod
-    def _held(attempt: _Attempt, gpu: _Gpu) -> GpuHeld:
-        neighbours = gpu.reserved_mib - attempt.reserved_mib[gpu.id]
-        return GpuHeld(gpu.memory_mib, foreign_mib=0, neighbours_mib=neighbours)
+    def _ending(self, attempt: _Attempt, outcome: AttemptState, peak_mib: int) -> Ending:
+        """The attempt's end as an agent reports it, and its GPUs as the service sees them
+        then (before its reservations are released)."""
+        gpus = [self.gpus[gpu_id] for gpu_id in attempt.gpu_ids]
+        return Ending(
+            outcome,
+            reason=None,
+            reserved_mib=max(attempt.reserved_mib.values()),
+            peak_mib=peak_mib,
+            gpus=[
+                GpuHeld(gpu.memory_mib, 0, gpu.reserved_mib - attempt.reserved_mib[gpu.id])
+                for gpu in gpus
+            ],
+        )
 
     def _finish(self, job_id: int, version: int) -> None:
         attempt = self.running.get(job_id)
@@ -529,17 +533,11 @@ class Simulation:
             self._push(self.now, PEAK, job_id, self.states[job_id].tries)
             self._push(self.now, FINISH, job_id, version)
             return
-        self._release(attempt)
         gpu = self.gpus[attempt.gpu_ids[0]]
         peak = attempt.job.true_peak_mib[gpu.model]
+        ending = self._ending(attempt, AttemptState.SUCCEEDED, peak)
+        self._release(attempt)
         self.policy.observe(attempt.job, gpu.model, peak)
-        ending = Ending(
-            AttemptState.SUCCEEDED,
-            reason=None,
-            reserved_mib=max(attempt.reserved_mib.values()),
-            peak_mib=peak,
-            gpus=[self._held(attempt, self.gpus[gpu_id]) for gpu_id in attempt.gpu_ids],
-        )
         self._settle(self.states[job_id], ending)
 
     def _settle(self, state: _Job, ending: Ending) -> None:

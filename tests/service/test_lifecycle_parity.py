@@ -114,6 +114,18 @@ def attempt_models(client: TestClient, job_id: int) -> list[list[str]]:
     ]
 
 
+def placed(
+    make_client: Any, nodes: list[tuple[str, list[tuple[str, int]]]], **job: Any
+) -> tuple[TestClient, Agent, int]:
+    """The service on `nodes` with a job claiming CLAIM_MIB placed: the client, the
+    first node's agent and the job's id."""
+    client = make_client(oom_backoff_s=BACKOFF_S)
+    first, *_others = [Agent(client, name, gpus) for name, gpus in nodes]
+    job_id = submit(client, memory_mib=CLAIM_MIB, **job)["id"]
+    cycle(client)
+    return client, first, int(job_id)
+
+
 def back_off_passed(client: TestClient, job_id: int) -> None:
     """Let the job's back-off end now (the simulator's clock jumps there by itself)."""
     state = client.app.state  # type: ignore[attr-defined]
@@ -126,10 +138,7 @@ def test_an_oom_on_a_t4_is_retried_on_the_a100_alike(
 ) -> None:
     nodes = [("n1", [T4, A100])]
     in_service = recorded(monkeypatch, service_lifecycle)
-    client = make_client(oom_backoff_s=BACKOFF_S)
-    agent = Agent(client, *nodes[0])
-    job_id = submit(client, memory_mib=CLAIM_MIB, max_attempts=3)["id"]
-    cycle(client)
+    client, agent, job_id = placed(make_client, nodes, max_attempts=3)
     agent.exit(job_id, 1, "oom", T4[1])  # it filled the T4 as it died
     back_off_passed(client, job_id)
     cycle(client)
@@ -157,11 +166,7 @@ def test_a_gang_whose_floor_no_node_holds_fails_alike(
     # kept it pending for ever).
     nodes = [("n1", [T4, T4]), ("n2", [A100])]
     in_service = recorded(monkeypatch, service_lifecycle)
-    client = make_client(oom_backoff_s=BACKOFF_S)
-    n1 = Agent(client, *nodes[0])
-    Agent(client, *nodes[1])
-    job_id = submit(client, gpus=2, memory_mib=CLAIM_MIB, max_attempts=3)["id"]
-    cycle(client)
+    client, n1, job_id = placed(make_client, nodes, gpus=2, max_attempts=3)
     n1.exit(job_id, 1, "oom", T4[1])
     assert client.get(f"/v1/jobs/{job_id}").json()["state"] == JobState.OOM
 
@@ -181,10 +186,7 @@ def test_an_oom_with_its_attempts_spent_ends_the_job_alike(
 ) -> None:
     nodes = [("n1", [T4, A100])]
     in_service = recorded(monkeypatch, service_lifecycle)
-    client = make_client(oom_backoff_s=BACKOFF_S)
-    agent = Agent(client, *nodes[0])
-    job_id = submit(client, memory_mib=CLAIM_MIB, max_attempts=1)["id"]
-    cycle(client)
+    _client, agent, job_id = placed(make_client, nodes, max_attempts=1)
     agent.exit(job_id, 1, "oom", T4[1])
 
     in_simulator = recorded(monkeypatch, engine)
