@@ -99,15 +99,17 @@ def in_domain(spec: TrainingSpec, kind: str, domain: dict[str, Any], row: list[f
     )
 
 
-def _scaled(terms: Breakdown, model_mib: float, offset_mib: float) -> dict[str, int]:
+def _scaled(terms: Breakdown, peak_mib: int, offset_mib: float) -> dict[str, int]:
     """The breakdown: the fixed-cost terms as they are, the learned offset, and the
-    model-dependent terms scaled so that they sum to `model_mib`."""
-    factor = model_mib / terms.model_mib if terms.model_mib > 0 else 1.0
-    parts = {k: v * max(factor, 0.0) for k, v in terms.model_terms().items()}
-    rounded = {k: round(v) for k, v in parts.items()}
-    rounded["allocator"] += round(max(model_mib, 0.0)) - sum(rounded.values())
+    model-dependent terms scaled so that every term, rounded, sums to `peak_mib`
+    (the allocator term takes up the rounding)."""
     fixed = {k: round(v) for k, v in terms.fixed.as_dict().items()}
-    return {**rounded, **fixed, "fixed_offset": round(offset_mib)}
+    fixed["fixed_offset"] = round(offset_mib)
+    model_mib = max(peak_mib - sum(fixed.values()), 0)
+    factor = model_mib / terms.model_mib if terms.model_mib > 0 else 1.0
+    rounded = {k: round(v * factor) for k, v in terms.model_terms().items()}
+    rounded["allocator"] += model_mib - sum(rounded.values())
+    return {**rounded, **fixed}
 
 
 @dataclass
@@ -211,7 +213,7 @@ class Estimator:
             if above is not None and peak * above * (1 + HISTORY_MARGIN) > upper:
                 upper, method = peak * above * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
         peak = max(peak, 0.0)  # a tiny peak moved from a GPU of larger fixed cost is below 0
-        fixed = modelled.fixed_mib + modelled.offset_mib
+        parts = _scaled(terms, round(peak), modelled.offset_mib)
         note = described.note()
         return Estimate(
             gpu_model=name,
@@ -219,9 +221,9 @@ class Estimator:
             upper_mib=math.ceil(max(upper, peak)),
             coverage=self.coverage,
             method=method,
-            breakdown_mib=_scaled(terms, peak - fixed, modelled.offset_mib),
+            breakdown_mib=parts,
             model_version=self.version,
-            fixed_mib=round(fixed),
+            fixed_mib=sum(parts[t] for t in FIXED_TERMS),
             notes=[note] if note else [],
         )
 

@@ -12,10 +12,19 @@ An environment is whatever key the caller chooses: the service keys by GPU model
 and driver (`environment_key`), training by measurement source, a benchmark by
 campaign. The statistic is robust so that one odd run cannot move it:
 
-- nothing is learned below `MIN_OBSERVATIONS` runs (the offset stays 0);
-- the offset is the median residual of the runs with the *smaller* model-dependent
-  terms (the half at or below their median): where the model's share is small, its
-  relative error matters least and the residual is mostly fixed cost;
+- only runs whose model-dependent terms are at most `DECIDING_MODEL_MIB`, about a
+  process's default fixed cost, *decide* an offset. The physics: a run's residual is
+  the offset plus the model terms' own error, `residual = offset + e * model_mib`, and
+  the analytical terms miss by a relative error e of 10-50% that differs from one
+  architecture to the next (bench/RESULTS.md). Only where the model terms are no larger
+  than the fixed cost does the fixed cost dominate what is measured, so that the
+  residual is mostly offset (e * model_mib <= ~250 MiB); a large model's residual is
+  mostly its own model error, whatever its rank among the runs seen (the first runs of
+  a campaign of large models would otherwise set the offset to their model error);
+- nothing is learned below `MIN_OBSERVATIONS` deciding runs: until then the prior
+  stays (offset 0, the current-stack defaults of `analytical/context.py`, and bounds
+  keep the allowance for a stack not learned yet);
+- the offset is the median residual of the deciding runs;
 - it is clipped to [`LOWEST_OFFSET_MIB`, `HIGHEST_OFFSET_MIB`];
 - it is in force only once *corroborated*: every run is tagged with who vouches for
   it (its owner, or `VOUCHED` for an admin's or admin-trusted run and for measured
@@ -23,8 +32,9 @@ campaign. The statistic is robust so that one odd run cannot move it:
   every owner's reservations. Each voter's deciding runs give one vote (their median):
   of two voters the higher vote counts (one cannot lower the other's), of more the
   median vote (so no one owner, however many runs it submits, decides it);
-- only the newest `WINDOW` runs per environment are kept, so a driver upgrade under
-  an unchanged key is followed.
+- only the newest `WINDOW` deciding runs per environment are kept (and as many of the
+  others), so a driver upgrade under an unchanged key is followed and runs of large
+  models never push out the few that decide.
 
 A learned offset has its own spread (runs of one stack differ by tens of MiB): bounds
 add `margin_mib`, a robust multiple of how far the deciding residuals scatter.
@@ -50,9 +60,17 @@ from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
 
-# Five runs: the median of the smaller half (three runs) then ignores any one of them.
+# Five deciding runs: their median then ignores any two of them.
 MIN_OBSERVATIONS = 5
-# Newest runs kept per environment (enough for a stable median, bounded storage).
+# The largest model-dependent terms (MiB) a run that decides an offset may have: about
+# the default fixed cost of one process on a current stack (`analytical/context.py`:
+# 426 MiB context + ~18 MiB workspaces before Hopper, 534 + 128 from Hopper on), so that
+# the fixed cost (that default plus the offset being learned) is at least half of what
+# the run measured. At the analytical terms' typical 10-50% relative error the residual
+# then carries at most ~50-250 MiB of model error, against offsets of -0.5 to +4 GiB.
+DECIDING_MODEL_MIB = 512.0
+# Newest deciding runs kept per environment, and as many others (enough for a stable
+# median, bounded storage).
 WINDOW = 200
 # A negative offset can at most take back the current-stack default fixed cost
 # (~0.45 GiB before Hopper, ~0.6 GiB on Hopper; `analytical/context.py`).
@@ -100,33 +118,33 @@ class FixedCostOffsets:
         docstring for the terms)."""
         runs = self.residuals.setdefault(key, [])
         runs.append(Residual(float(residual_mib), max(0.0, float(model_mib)), voter))
-        del runs[:-WINDOW]
+        if len(runs) > WINDOW:
+            runs[:] = _windowed(runs)
 
     def count(self, key: str) -> int:
         return len(self.residuals.get(key, ()))
 
+    def _small_model_runs(self, key: str) -> list[Residual]:
+        return [run for run in self.residuals.get(key, ()) if _decides(run)]
+
     def in_force(self, key: str) -> bool:
-        """Whether `key` has MIN_OBSERVATIONS runs, corroborated: one of them vouched
-        for, or runs of at least two owners."""
-        runs = self.residuals.get(key, [])
+        """Whether `key` has MIN_OBSERVATIONS deciding runs, corroborated: one of them
+        vouched for, or deciding runs of at least two owners."""
+        runs = self._small_model_runs(key)
         voters = {run.voter for run in runs}
         return len(runs) >= MIN_OBSERVATIONS and (VOUCHED in voters or len(voters) >= 2)
 
     def _deciding_runs(self, key: str) -> list[Residual]:
-        """The runs an offset is taken from: those with the smaller model-dependent
-        terms, once the offset is in force (else none)."""
-        if not self.in_force(key):
-            return []
-        runs = self.residuals[key]
-        cut = median(run.model_mib for run in runs)
-        return [run for run in runs if run.model_mib <= cut]
+        """The runs an offset is taken from: those with small model-dependent terms,
+        once the offset is in force (else none: the prior stays)."""
+        return self._small_model_runs(key) if self.in_force(key) else []
 
     def _deciding(self, key: str) -> list[float]:
         return [run.residual_mib for run in self._deciding_runs(key)]
 
     def offset_mib(self, key: str) -> float:
         """The learned offset of `key`: 0.0 until in force, then the clipped vote of
-        the runs with the smaller model-dependent terms (module docstring)."""
+        the deciding runs (module docstring)."""
         by_voter: dict[str, list[float]] = {}
         for run in self._deciding_runs(key):
             by_voter.setdefault(run.voter, []).append(run.residual_mib)
@@ -184,4 +202,27 @@ class FixedCostOffsets:
         if not isinstance(data, list):
             raise ValueError(f"residuals of {key!r} must be a list")
         runs = [Residual(float(r), float(m), str(voter)) for r, m, voter in data]
-        self.residuals[key] = runs[-WINDOW:]
+        self.residuals[key] = _windowed(runs)
+
+
+def decides(model_mib: float) -> bool:
+    """Whether a run whose model-dependent terms are `model_mib` may decide an offset
+    (at most DECIDING_MODEL_MIB: the fixed cost dominates what it measured)."""
+    return model_mib <= DECIDING_MODEL_MIB
+
+
+def _decides(run: Residual) -> bool:
+    return decides(run.model_mib)
+
+
+def _windowed(runs: list[Residual]) -> list[Residual]:
+    """The newest WINDOW deciding runs and the newest WINDOW others, in their order."""
+    deciding = sum(map(_decides, runs))
+    drop = {True: deciding - WINDOW, False: len(runs) - deciding - WINDOW}
+    kept = []
+    for run in runs:
+        if drop[_decides(run)] > 0:
+            drop[_decides(run)] -= 1
+        else:
+            kept.append(run)
+    return kept

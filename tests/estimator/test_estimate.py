@@ -147,7 +147,8 @@ def test_refit_learns_from_observed_peaks_and_keeps_the_old_estimator() -> None:
     # in the refitted calibration's domain now (its bound may still be widened by the
     # architecture's observed runs: model-history)
     assert new.estimate(unseen, "A100-40GB").method.startswith("analytical+learned")
-    assert old.estimate(unseen, "A100-40GB").method == "analytical"
+    # the old calibration still answers with the analytical model (widened or not)
+    assert old.estimate(unseen, "A100-40GB").method in ("analytical", "analytical+model-history")
     assert new.estimate(bf16.model_copy(update={"batch_size": 64}), "A100-40GB").method == (
         "history"
     )

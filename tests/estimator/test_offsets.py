@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from estimator.offsets import (
+    DECIDING_MODEL_MIB,
     HIGHEST_OFFSET_MIB,
     MIN_OBSERVATIONS,
     VOUCHED,
@@ -33,7 +34,7 @@ def test_one_odd_run_cannot_move_it() -> None:
 
 
 def test_runs_with_large_model_terms_do_not_decide_it() -> None:
-    """Large models' relative errors would swamp the fixed cost; the smaller half decides."""
+    """Large models' relative errors would swamp the fixed cost; small ones decide."""
     offsets = FixedCostOffsets()
     for _ in range(5):
         offsets.observe("a", 800.0, 200.0)
@@ -50,6 +51,12 @@ def test_bounded_and_windowed() -> None:
     for _ in range(WINDOW):
         offsets.observe("a", 100.0, 10.0)
     assert offsets.count("a") == WINDOW and offsets.offset_mib("a") == 100.0
+    for _ in range(2 * WINDOW):  # runs of large models never push out the deciding ones
+        offsets.observe("a", 5_000.0, 20 * DECIDING_MODEL_MIB)
+    assert offsets.count("a") == 2 * WINDOW and offsets.offset_mib("a") == 100.0
+    copy = FixedCostOffsets()
+    copy.load("a", [*offsets.to_json("a"), [100.0, 10.0, VOUCHED]])
+    assert copy.count("a") == 2 * WINDOW and copy.offset_mib("a") == 100.0
 
 
 def test_round_trip_and_keys() -> None:
@@ -104,3 +111,30 @@ def test_each_owner_is_one_vote_however_many_runs_it_sends() -> None:
     copy = FixedCostOffsets()
     copy.load("a", offsets.to_json("a"))
     assert copy.offset_mib("a") == 600.0 and copy.digest() == offsets.digest()
+
+
+def test_a_campaign_of_large_models_leaves_the_prior() -> None:
+    """A new environment's first runs are all of large models whose terms the analytical
+    model overestimates by 20%: residual = 1000 - 0.2 x model. Their residuals measure
+    model error, not fixed cost, so however many there are the offset stays at its prior
+    (0) until runs whose model terms are small enough arrive; those then decide it."""
+    offsets = FixedCostOffsets()
+    stack_mib = 1000.0
+    for model_mib in (2_700.0, 4_000.0, 6_700.0, 12_000.0, 22_800.0) * 2:
+        offsets.observe("a", stack_mib - 0.2 * model_mib, model_mib)
+    assert not offsets.in_force("a") and offsets.offset_mib("a") == 0.0
+    assert offsets.margin_mib("a") == 0.0 and offsets.digest() == ""
+    for model_mib in (20.0, 80.0, 150.0, 300.0, DECIDING_MODEL_MIB):
+        offsets.observe("a", stack_mib - 0.2 * model_mib, model_mib)
+    assert offsets.in_force("a")
+    assert stack_mib - 0.2 * DECIDING_MODEL_MIB <= offsets.offset_mib("a") <= stack_mib
+    assert offsets.offset_mib("a") == stack_mib - 0.2 * 150.0  # the deciding runs' median
+
+
+def test_corroboration_counts_deciding_runs_only() -> None:
+    """A second owner's large-model runs cannot corroborate one owner's small ones."""
+    offsets = FixedCostOffsets()
+    for _ in range(MIN_OBSERVATIONS):
+        offsets.observe("a", -400.0, 10.0, voter="mallory")
+    offsets.observe("a", 900.0, 4 * DECIDING_MODEL_MIB, voter="alice")
+    assert not offsets.in_force("a") and offsets.offset_mib("a") == 0.0
