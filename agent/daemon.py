@@ -37,17 +37,13 @@ from agent.protocol import (
     HeartbeatReply,
     NodeRegister,
     NodeRegistered,
+    sum_known,
     wire,
 )
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LOG_KEEP_BYTES = 8 * 1024 * 1024
-
-
-def _sum_known(a: int | None, b: int | None) -> int | None:
-    """a + b; None (unknown) where either is."""
-    return None if a is None or b is None else a + b
 
 
 def near_full_mib(total_mib: int) -> int:
@@ -242,12 +238,12 @@ class Agent:
             for process in sample.processes:
                 owner = proctree.owner(process.pid, running)
                 if owner is None:
-                    foreign = _sum_known(foreign, process.used_mib)
+                    foreign = sum_known(foreign, process.used_mib)
                 elif sample.uuid not in owner.gpu_uuids:
                     on_gpu = stray.setdefault(owner.key, {})
-                    on_gpu[sample.uuid] = _sum_known(on_gpu.get(sample.uuid, 0), process.used_mib)
+                    on_gpu[sample.uuid] = sum_known(on_gpu.get(sample.uuid, 0), process.used_mib)
                 else:
-                    used[owner.key] = _sum_known(used.get(owner.key, 0), process.used_mib)
+                    used[owner.key] = sum_known(used.get(owner.key, 0), process.used_mib)
             self._foreign[sample.uuid] = foreign
             total = self._totals.get(sample.uuid, 0)
             in_use = sample.memory_used_mib

@@ -60,6 +60,11 @@ Reason = Annotated[str, BeforeValidator(_cut(REASON_CHARS))]
 Id = Annotated[int, Field(ge=1, le=INT32 - 1)]
 
 
+def sum_known(a: int | None, b: int | None) -> int | None:
+    """a + b; unknown (None) where either is."""
+    return None if a is None or b is None else a + b
+
+
 class Request(BaseModel):
     """A message an agent sends: anything the server does not know is refused."""
 

@@ -17,7 +17,7 @@ from agent.accounts import Identity
 from agent.backends.base import DeviceBackend
 from agent.backends.nvml import NvmlBackend
 from agent.backends.simulated import SimulatedBackend
-from agent.client import ServerError
+from agent.client import SchedulerClient
 from agent.cluster import parse_cluster
 from agent.daemon import Agent, AgentConfig
 from tests.agent.test_nvml import FakeNvml
@@ -27,27 +27,12 @@ from tests.service.test_lifecycle import cycle, job_of
 SIMJOB = [sys.executable, "-m", "service.cli", "simjob"]
 
 
-class ThroughServer:
-    """The agent's client, posting to the server's real endpoints in process."""
-
-    def __init__(self, client: TestClient) -> None:
-        self.http = client
-
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self.http.post(path, json=body)
-        if response.status_code >= 400:
-            raise ServerError(response.status_code, response.text)
-        result: dict[str, Any] = response.json()
-        return result
-
-    def register(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._post("/v1/nodes/register", body)
-
-    def heartbeat(self, node_id: int, body: dict[str, Any]) -> dict[str, Any]:
-        return self._post(f"/v1/nodes/{node_id}/heartbeat", body)
-
-    def close(self) -> None:
-        pass
+def through(client: TestClient) -> SchedulerClient:
+    """The agent's own HTTP client, speaking to the app in process."""
+    scheduler = SchedulerClient("http://testserver", token=None)
+    scheduler.close()
+    scheduler._http = client  # a TestClient is an httpx.Client
+    return scheduler
 
 
 def agent_of(client: TestClient, backend: DeviceBackend, tmp_path: Path, name: str) -> Agent:
@@ -58,7 +43,7 @@ def agent_of(client: TestClient, backend: DeviceBackend, tmp_path: Path, name: s
         kill_grace_s=1,
         identity=Identity("agent", allow_root_jobs=True),  # CI runs as root
     )
-    return Agent(ThroughServer(client), backend, config)  # type: ignore[arg-type]
+    return Agent(through(client), backend, config)
 
 
 def gpus_of(client: TestClient) -> dict[str, dict[str, Any]]:

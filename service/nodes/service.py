@@ -23,6 +23,7 @@ from agent.protocol import (
     LogOffsets,
     NodeRegister,
     Notice,
+    sum_known,
 )
 from service.auth.accounts import account_for
 from service.config import Settings
@@ -151,7 +152,7 @@ def heartbeat(
     unassigned: dict[str, int | None] = {}  # jobs' use of GPUs they were not given: not free
     for report in body.attempts:
         for uuid, mib in report.unassigned_mib_by_gpu.items():
-            unassigned[uuid] = _sum_known(unassigned.get(uuid, 0), mib)
+            unassigned[uuid] = sum_known(unassigned.get(uuid, 0), mib)
     for state in body.gpus:
         _update_gpu(session, node, gpus[state.uuid], state, unassigned.get(state.uuid, 0))
 
@@ -218,11 +219,6 @@ def heartbeat(
     return reply
 
 
-def _sum_known(a: int | None, b: int | None) -> int | None:
-    """a + b; None (unknown) where either is."""
-    return None if a is None or b is None else a + b
-
-
 def _update_gpu(
     session: Session, node: Node, gpu: Gpu, state: GpuState, unassigned_mib: int | None
 ) -> None:
@@ -249,7 +245,7 @@ def _update_gpu(
         gpu.memory_used_mib, gpu.memory_foreign_mib = None, gpu.memory_total_mib
     else:
         gpu.memory_used_mib = min(state.memory_used_mib, gpu.memory_total_mib)
-        foreign = _sum_known(state.memory_foreign_mib, unassigned_mib)
+        foreign = sum_known(state.memory_foreign_mib, unassigned_mib)
         gpu.memory_foreign_mib = min(
             gpu.memory_used_mib if foreign is None else foreign, gpu.memory_used_mib
         )
