@@ -111,7 +111,7 @@ function memoryBar(gpu) {
 function gpuRow(gpu) {
   const health = gpu.healthy ? badge("healthy") : h("span", { class: "badge unhealthy", title: gpu.health_reason || "" }, "unhealthy");
   const telemetry = [
-    `util ${Math.round(gpu.utilization_pct)}%`,
+    gpu.utilization_pct !== null ? `util ${Math.round(gpu.utilization_pct)}%` : "util unknown",
     gpu.temperature_c !== null ? `${Math.round(gpu.temperature_c)} °C` : null,
     gpu.power_w !== null ? `${Math.round(gpu.power_w)} W` : null,
   ].filter(Boolean).join(" · ");
