@@ -129,6 +129,7 @@ class LocalColloc:
             "--work-dir",
             str(self.root / "work" / name),
             "--stop-jobs-on-exit",
+            "--stop-adopted-jobs-on-exit",  # those an agent killed earlier left too
             "--token-file",
             str(token_file),
             "--run-jobs-as",
