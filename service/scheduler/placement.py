@@ -69,8 +69,9 @@ def _shape(job: PendingJob) -> tuple[object, ...]:
 class _Pipeline:
     """The plugins as they judge one cycle, each prepared for it, and sorted by what the
     candidate index does for them: the Kubernetes framework's PreFilter, which keeps a
-    cycle over thousands of GPUs fast. A filter is applied by the index through the
-    first capability it declares, and only the first filter to declare one is."""
+    cycle over thousands of GPUs fast. The index applies a filter through the first
+    capability it declares; a second filter declaring ModelIndex or MemoryIndex is
+    checked like any other."""
 
     def __init__(
         self,
