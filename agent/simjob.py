@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from agent.backends.simulated import STATE_ENV, SimulatedGpuStore, SimulatedOutOfMemory
+from agent.backends.simulated_state import STATE_ENV, SimulatedGpuStore, SimulatedOutOfMemory
 from estimator.gpus import same_gpu_model
 
 RAMP_STEPS = 10

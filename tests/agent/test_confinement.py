@@ -26,7 +26,7 @@ from tests.agent.test_nvml import FakeNvml, Process
 STRAY = """
 import os, sys, time
 from pathlib import Path
-from agent.backends.simulated import SimulatedGpuStore
+from agent.backends.simulated_state import SimulatedGpuStore
 store = SimulatedGpuStore(Path(os.environ["COLLOC_SIM_STATE"]))
 store.set_usage(sys.argv[1], os.getpid(), 1500)
 print("holding 1500 MiB on", sys.argv[1], flush=True)

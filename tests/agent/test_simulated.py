@@ -9,12 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.backends.simulated import (
-    STATE_ENV,
-    SimulatedBackend,
-    SimulatedGpuStore,
-    SimulatedOutOfMemory,
-)
+from agent.backends.simulated import SimulatedBackend
+from agent.backends.simulated_state import STATE_ENV, SimulatedGpuStore, SimulatedOutOfMemory
 from agent.cluster import ClusterFileError, SimulatedNode, load_cluster, parse_cluster
 from agent.protocol import GpuInfo
 from agent.simjob import SimjobError, parse_peaks
