@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -95,6 +95,10 @@ class _Pipeline:
                 self.memory = check
             else:
                 self.rest.append(check)
+
+    def allowed_models(self, job: PendingJob) -> Collection[str] | None:
+        """The GPU models worth looking at for `job` (None: all)."""
+        return None if self.models is None else self.models.models(job)
 
     def passes(self, job: PendingJob, gpu: GpuView) -> bool:
         return all(f.check(job, gpu, self.ctx).ok for _name, f in self.filters)
@@ -196,8 +200,8 @@ class _State:
         few with the least and the most room; for gang jobs, the GPUs of the first few
         nodes with enough of them (all that fit, for jobs that may span nodes)."""
         k = self.ctx.config.candidates_per_model
-        models_filter, memory_filter = self.pipeline.models, self.pipeline.memory
-        allowed = None if models_filter is None else models_filter.models(job)
+        memory_filter = self.pipeline.memory
+        allowed = self.pipeline.allowed_models(job)
         models = self.index.keys() if allowed is None else allowed
         chosen: list[int] = []
         self.left_out_held = False
@@ -405,8 +409,13 @@ class Scheduler:
         """GPUs to keep for a blocked job: on the node where it fits once they empty,
         the ones with the most room now (the soonest to be free)."""
         room = state.headroom
+        models = state.pipeline.allowed_models(job)
         by_room = sorted(
-            (gpu for gpu in state.gpus.values() if gpu.id not in state.held),
+            (
+                gpu
+                for gpu in state.gpus.values()
+                if gpu.id not in state.held and (models is None or gpu.model in models)
+            ),
             key=lambda g: (-g.free_mib(room), g.id),
         )
         by_node: dict[int, list[GpuView]] = {}  # each node's GPUs, the most room first
