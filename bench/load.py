@@ -3,6 +3,10 @@ submissions, against PostgreSQL on this machine.
 
     .venv/bin/python bench/load.py [--pg URL] [--steps 100,250,500,1000] [--step-s 30]
                                    [--submit-rate 5]
+    .venv/bin/python bench/load.py --nodes 100,1000,10000 [--clients 8] [--phase-s 20]
+
+With `--nodes`, the service's capacity at each cluster size instead (below); without
+it, the open-loop steps.
 
 A fresh database is created on the PostgreSQL server at `--pg` (default: the local test
 server) and dropped afterwards; `colloc server` runs on it as a process on a loopback
@@ -18,6 +22,18 @@ latency (p50/p99), errors, placements, the server's mean scheduling-cycle time, 
 p99 as a ratio to the baseline step's. The service is saturated at the first step that
 achieves under 95% of the offered heartbeats or whose heartbeat p99 exceeds the 5 s
 interval.
+
+Capacity (`--nodes`): for each cluster size a fresh database holds that many nodes of 4
+GPUs (inserted directly: registering 10,000 nodes over HTTP takes minutes), a fresh
+`colloc server` runs on it, and `--clients` closed-loop clients (each sends its next
+request when the last is answered) drive three phases of `--phase-s`: heartbeats of idle
+nodes, job submissions, then heartbeats again while the submitted jobs are placed, run
+and reported (busy). Each agent's heartbeats stay sequential, as a real agent's are.
+Printed per phase: the achieved rate, p50/p99, errors, statements' worth of work
+(attempts carried per heartbeat), the server's mean scheduling cycle, and the rate as a
+share of pgbench's single-row INSERT rate with as many clients, measured in the same run
+on the same server (`bench/pg_baseline.py`). "Needed" is a heartbeat every 5 s from
+each node.
 """
 
 from __future__ import annotations
@@ -31,19 +47,17 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
+from pg_baseline import insert_rate, scratch_database
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy.engine import make_url
 
 from service.auth import tokens
-from service.config import normalise_database_url
-from service.db import make_engine, make_sessionmaker, transaction, upgrade
+from service.db import make_engine, make_sessionmaker, transaction, upgrade, utcnow
+from service.nodes.models import Gpu, Node
 
 HEARTBEAT_S = 5.0
 JOB_SECONDS = 20.0
@@ -266,6 +280,191 @@ def report_step(step: Step, mean_cycle_s: float, args: argparse.Namespace, base:
     )
 
 
+def start_server(database_url: str, port: int) -> subprocess.Popen[bytes]:
+    """`colloc server` on `database_url`, answering /healthz (or SystemExit)."""
+    env = {
+        **os.environ,
+        "COLLOC_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
+        "COLLOC_NODE_LEASE_S": "3600",  # agents idle between steps are not lost
+    }
+    log = open(ROOT / "bench" / ".load-server.log", "wb")  # noqa: SIM115
+    server = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "server", "--port", str(port), "--db",
+         database_url],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or server.poll() is not None:
+            stop_server(server)
+            raise SystemExit("the server did not start; see bench/.load-server.log")
+        time.sleep(0.3)
+
+
+def stop_server(server: subprocess.Popen[bytes]) -> None:
+    server.terminate()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # still answering a backlog
+        server.kill()
+        server.wait()
+
+
+def seed_nodes(database_url: str, count: int) -> tuple[str, list[Agent]]:
+    """`count` ready nodes of 4 GPUs, inserted in bulk, and an admin token; agents speak
+    for their nodes with the admin token (an admin may call every endpoint)."""
+    engine = make_engine(database_url)
+    now = utcnow()
+    with transaction(make_sessionmaker(engine)) as session:
+        admin_token = tokens.create(session, role="admin", name="load")[1]
+        agents = [Agent(f"load-{i:05d}", admin_token) for i in range(count)]
+        node_ids = session.scalars(
+            Node.__table__.insert().returning(Node.__table__.c.id),
+            [
+                {"name": a.name, "state": "ready", "agent_version": "load",
+                 "registered_at": now, "last_heartbeat_at": now}
+                for a in agents
+            ],
+        ).all()  # fmt: skip
+        gpus = []
+        for agent, node_id in zip(agents, node_ids, strict=True):
+            agent.node_id = node_id
+            for info in agent.registration()["gpus"]:
+                gpus.append({**info, "node_id": node_id, "memory_used_mib": 0,
+                             "memory_foreign_mib": 0, "utilization_pct": 0.0,
+                             "healthy": True, "updated_at": now})  # fmt: skip
+        session.execute(Gpu.__table__.insert(), gpus)
+    engine.dispose()
+    return admin_token, agents
+
+
+@dataclass
+class Phase:
+    name: str
+    latencies: Latencies = field(default_factory=Latencies)
+    attempts_carried: int = 0
+    placed: int = 0
+
+
+async def heartbeat_clients(
+    http: httpx.AsyncClient, agents: list[Agent], clients: int, phase: Phase, until: float
+) -> None:
+    """`clients` closed loops over the agents, each agent's heartbeats one at a time."""
+    free: asyncio.Queue[Agent] = asyncio.Queue()
+    for agent in agents:
+        free.put_nowait(agent)
+
+    async def loop() -> None:
+        while time.monotonic() < until:
+            agent = await free.get()
+            now = time.monotonic()
+            body = agent.heartbeat(now)
+            phase.attempts_carried += len(body["attempts"])
+            started = time.perf_counter()
+            try:
+                response = await http.post(
+                    f"/v1/nodes/{agent.node_id}/heartbeat", json=body, headers=agent.headers
+                )
+                phase.latencies.add(started, response.status_code)
+                if response.status_code == 200:
+                    reply = response.json()
+                    phase.placed += len(reply["assignments"])
+                    agent.apply(reply, now)
+            except httpx.HTTPError as exc:
+                phase.latencies.add(started, type(exc).__name__)
+            free.put_nowait(agent)
+
+    await asyncio.gather(*(loop() for _ in range(clients)))
+
+
+async def submit_clients(
+    http: httpx.AsyncClient, headers: dict[str, str], clients: int, phase: Phase, until: float
+) -> None:
+    rng = random.Random(clients)
+
+    async def loop(client: int) -> None:
+        n = 0
+        while time.monotonic() < until:
+            body = {
+                "name": f"load-{client}-{n}",
+                "command": ["true"],
+                "memory_mib": rng.choice([1000, 2000, 4000, 8000]),
+            }
+            n += 1
+            started = time.perf_counter()
+            try:
+                response = await http.post("/v1/jobs", json=body, headers=headers)
+                phase.latencies.add(started, response.status_code)
+            except httpx.HTTPError as exc:
+                phase.latencies.add(started, type(exc).__name__)
+
+    await asyncio.gather(*(loop(client) for client in range(clients)))
+
+
+async def run_phases(
+    url: str, admin: dict[str, str], agents: list[Agent], args: argparse.Namespace
+) -> list[tuple[Phase, float]]:
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    results = []
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+        for name in ("idle heartbeats", "submits", "busy heartbeats"):
+            phase = Phase(name)
+            before = await cycle_totals(http, admin)
+            until = time.monotonic() + args.phase_s
+            if name == "submits":
+                await submit_clients(http, admin, args.clients, phase, until)
+            else:
+                await heartbeat_clients(http, agents, args.clients, phase, until)
+            after = await cycle_totals(http, admin)
+            cycles = after[1] - before[1]
+            results.append((phase, (after[0] - before[0]) / cycles if cycles else float("nan")))
+    return results
+
+
+def capacity(args: argparse.Namespace) -> None:
+    """The closed-loop capacity at each cluster size, beside pgbench's INSERT rate."""
+    with scratch_database(args.pg, "colloc_bench_pgbench") as scratch:
+        inserts_s = insert_rate(scratch, args.clients, args.pgbench_s)
+    print(
+        f"pgbench single-row INSERT, {args.clients} clients, {args.pgbench_s} s: "
+        f"{inserts_s:.0f}/s\n{args.clients} closed-loop clients, {args.phase_s:g} s a phase\n"
+    )
+    print(
+        "| nodes (GPUs) | phase | needed/s | achieved/s | share of INSERT rate | p50 ms "
+        "| p99 ms | attempts per hb | placements | mean cycle ms | errors |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for count in args.nodes:
+        with scratch_database(args.pg, "colloc_load") as scratch:
+            upgrade(scratch.url)
+            admin_token, agents = seed_nodes(scratch.url, count)
+            server = start_server(scratch.url, args.port)
+            try:
+                admin = {"Authorization": f"Bearer {admin_token}"}
+                url = f"http://127.0.0.1:{args.port}"
+                results = asyncio.run(run_phases(url, admin, agents, args))
+            finally:
+                stop_server(server)
+        for phase, mean_cycle_s in results:
+            rate = len(phase.latencies.seconds) / args.phase_s
+            heartbeats = "heartbeats" in phase.name
+            needed = f"{count / HEARTBEAT_S:.0f}" if heartbeats else "1000"
+            carried = phase.attempts_carried / max(1, len(phase.latencies.seconds))
+            print(
+                f"| {count} ({4 * count}) | {phase.name} | {needed} | {rate:.1f} "
+                f"| {rate / inserts_s:.1%} | {phase.latencies.quantile(0.5) * 1000:.0f} "
+                f"| {phase.latencies.quantile(0.99) * 1000:.0f} "
+                f"| {carried:.1f} | {phase.placed} | {mean_cycle_s * 1000:.0f} "
+                f"| {phase.latencies.errors or 0} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
@@ -273,18 +472,28 @@ def main() -> None:
     parser.add_argument("--step-s", type=float, default=30.0)
     parser.add_argument("--submit-rate", type=float, default=5.0)
     parser.add_argument("--port", type=int, default=18765)
+    parser.add_argument("--nodes", help="capacity at these cluster sizes, e.g. 100,1000,10000")
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--phase-s", type=float, default=20.0)
+    parser.add_argument("--pgbench-s", type=int, default=10)
     args = parser.parse_args()
     args.steps = [int(n) for n in args.steps.split(",")]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # still drop the database
+    if args.nodes:
+        args.nodes = [int(n) for n in args.nodes.split(",")]
+        if max(args.nodes) > 10_000 or args.phase_s > 300 or not 1 <= args.clients <= 64:
+            parser.error("bounded: at most 10,000 nodes, 300 s a phase, 1 to 64 clients")
+        capacity(args)
+        return
     if args.step_s > 300 or max(args.steps) > 2000:
         parser.error("bounded: at most 2,000 agents and 300 s a step")
 
-    base = make_url(normalise_database_url(args.pg))
-    name = f"colloc_load_{uuid.uuid4().hex[:10]}"
-    server_admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(server_admin, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    database_url = base.set(database=name).render_as_string(hide_password=False)
+    with scratch_database(args.pg, "colloc_load") as scratch:
+        steps(args, scratch.url, scratch.name)
+
+
+def steps(args: argparse.Namespace, database_url: str, name: str) -> None:
+    """The open-loop steps on the database at `database_url`."""
     server = None
     try:
         upgrade(database_url)
@@ -299,27 +508,7 @@ def main() -> None:
             ]
         engine.dispose()
         url = f"http://127.0.0.1:{args.port}"
-        env = {
-            **os.environ,
-            "COLLOC_HEARTBEAT_INTERVAL_S": str(HEARTBEAT_S),
-            "COLLOC_NODE_LEASE_S": "3600",  # agents idle between steps are not lost
-        }
-        log = open(ROOT / "bench" / ".load-server.log", "wb")  # noqa: SIM115
-        server = subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "server", "--port", str(args.port), "--db",
-             database_url],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not start; see bench/.load-server.log")
-            time.sleep(0.3)
+        server = start_server(database_url, args.port)
         admin = {"Authorization": f"Bearer {admin_token}"}
         print(
             f"PostgreSQL database {name}; heartbeat every {HEARTBEAT_S:g} s; "
@@ -346,14 +535,7 @@ def main() -> None:
                 print(f"errors at {step.agents} agents: {errors}")
     finally:
         if server is not None:
-            server.terminate()
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:  # still answering a backlog
-                server.kill()
-                server.wait()
-        with psycopg.connect(server_admin, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            stop_server(server)
 
 
 if __name__ == "__main__":

@@ -8,16 +8,36 @@ and H100-80GB nodes, half their GPUs already holding a job) with 10,000 pending 
 model constraint; priorities 0-3) and times `Scheduler.place`, the pure core the
 service runs each cycle. The baseline, timed in the same run, is the same pipeline
 without its per-model candidate limit, scoring every feasible GPU for every job.
+
+    .venv/bin/python bench/scheduler_cycle.py --live [--pg URL]
+
+A live cycle instead, as the service runs it on PostgreSQL (a scratch database, dropped
+afterwards): 500 nodes x 8 GPUs (4,000) of the same mix, read as a snapshot, placed and
+the plan written, each phase timed, inside a transaction rolled back after each repeat
+(median of five). Idle: no job anywhere. Busy: half the GPUs each hold one running job
+and 1,000 jobs wait (memory claims of 1 to 30 GiB, 5% gangs). pgbench's single-row
+INSERT rate, measured in the same run (`bench/pg_baseline.py`), is printed beside.
 """
 
 from __future__ import annotations
 
+import argparse
 import random
+import statistics
 import time
+from datetime import UTC, datetime
 
+from pg_baseline import DEFAULT_PG, insert_rate, scratch_database
+from sqlalchemy.orm import Session
+
+from service.db import make_engine, make_sessionmaker, transaction, upgrade
+from service.jobs.models import Allocation, Attempt, Job
+from service.nodes.models import Gpu, Node
 from service.scheduler.framework import SchedulerConfig
 from service.scheduler.placement import Scheduler
 from service.scheduler.snapshot import GpuView, NodeView, PendingJob, Snapshot
+from service.scheduling.plan_writer import write_plan
+from service.scheduling.snapshot_reader import read_snapshot
 
 MODELS = {
     "Tesla T4": 15360,
@@ -26,6 +46,8 @@ MODELS = {
     "NVIDIA H100 80GB HBM3": 81559,
 }
 PENDING = 10_000
+LIVE_NODES = 500  # x 8 GPUs: the 4,000 GPUs of issue 19's live cycle
+LIVE_PENDING = 1_000
 
 
 def snapshot(nodes: int, seed: int = 0) -> Snapshot:
@@ -79,7 +101,121 @@ def timed(scheduler: Scheduler, snap: Snapshot, repeats: int = 3) -> tuple[float
     return best, placed
 
 
+def seed_live(session: Session, busy: bool, seed: int = 0) -> None:
+    """LIVE_NODES nodes of 8 GPUs; when `busy`, half the GPUs hold a running job and
+    LIVE_PENDING jobs wait. Rows inserted in bulk, as they would stand in the tables."""
+    rng = random.Random(seed)
+    now = datetime.now(UTC)
+    node_ids = session.scalars(
+        Node.__table__.insert().returning(Node.__table__.c.id),
+        [
+            {"name": f"node-{i}", "state": "ready", "agent_version": "bench",
+             "registered_at": now, "last_heartbeat_at": now}
+            for i in range(LIVE_NODES)
+        ],
+    ).all()  # fmt: skip
+    gpus = []
+    for node_id in node_ids:
+        model = rng.choice(list(MODELS))
+        for index in range(8):
+            gpus.append({"node_id": node_id, "uuid": f"GPU-{node_id}-{index}", "index": index,
+                         "model": model, "memory_total_mib": MODELS[model],
+                         "memory_used_mib": 0, "memory_foreign_mib": 0, "utilization_pct": 0.0,
+                         "healthy": True, "updated_at": now})  # fmt: skip
+    gpu_ids = session.scalars(Gpu.__table__.insert().returning(Gpu.__table__.c.id), gpus).all()
+    if not busy:
+        return
+
+    def job(i: int, state: str, mib: int, gpus: int) -> dict[str, object]:
+        spec = {"name": f"j{i}", "command": ["true"], "gpus": gpus, "memory_mib": mib}
+        return {"name": f"j{i}", "owner": "bench", "queue": "default",
+                "priority": rng.randint(0, 3), "state": state, "spec": spec, "gpus": gpus,
+                "memory_mib": mib, "max_attempts": 3, "cancel_requested": False,
+                "preempt_requested": False, "created_at": now, "updated_at": now}  # fmt: skip
+
+    held = [(gpu_id, row) for gpu_id, row in zip(gpu_ids, gpus, strict=True)][::2]
+    mibs = [rng.randint(1024, row["memory_total_mib"] // 2) for _id, row in held]  # type: ignore[operator]
+    running = session.scalars(
+        Job.__table__.insert().returning(Job.__table__.c.id),
+        [job(i, "running", mib, 1) for i, mib in enumerate(mibs)],
+    ).all()
+    attempt_ids = session.scalars(
+        Attempt.__table__.insert().returning(Attempt.__table__.c.id),
+        [
+            {"job_id": job_id, "number": 1, "node_id": row["node_id"], "state": "running",
+             "reserved_mib": mib, "placed_at": now, "started_at": now, "notice_seq": 0}
+            for job_id, (_gpu, row), mib in zip(running, held, mibs, strict=True)
+        ],
+    ).all()  # fmt: skip
+    session.execute(
+        Allocation.__table__.insert(),
+        [
+            {"attempt_id": attempt_id, "gpu_id": gpu_id, "reserved_mib": mib, "active": True}
+            for attempt_id, (gpu_id, _row), mib in zip(attempt_ids, held, mibs, strict=True)
+        ],
+    )
+    session.execute(
+        Job.__table__.insert(),
+        [
+            job(len(running) + i, "pending", rng.randint(1024, 30 * 1024),
+                rng.choice([2, 4, 8]) if rng.random() < 0.05 else 1)
+            for i in range(LIVE_PENDING)
+        ],
+    )  # fmt: skip
+
+
+def live_cycle(pg: str, repeats: int = 5) -> None:
+    """Snapshot read, place and plan write on 4,000 GPUs in PostgreSQL, idle and busy."""
+    with scratch_database(pg, "colloc_bench_pgbench") as scratch:
+        inserts_s = insert_rate(scratch, 1, 10)
+    print(f"pgbench single-row INSERT, 1 client, 10 s: {inserts_s:.0f}/s\n")
+    print(
+        "| cluster | read snapshot ms | place ms | write plan ms | read + write ms "
+        "| placed | cycle ms |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    scheduler = Scheduler(SchedulerConfig())
+    for busy in (False, True):
+        with scratch_database(pg, "colloc_bench_cycle") as scratch:
+            upgrade(scratch.url)
+            engine = make_engine(scratch.url)
+            sessions = make_sessionmaker(engine)
+            with transaction(sessions) as session:
+                seed_live(session, busy)
+            times: list[tuple[float, float, float]] = []
+            placed = 0
+            for _ in range(repeats):
+                with sessions() as session, session.begin():
+                    started = time.perf_counter()
+                    rows = read_snapshot(session, scheduler.config.headroom_mib)
+                    read = time.perf_counter()
+                    plan = scheduler.place(rows.snapshot)
+                    placed_at = time.perf_counter()
+                    write_plan(session, rows, plan)
+                    session.flush()
+                    written = time.perf_counter()
+                    session.rollback()  # every repeat starts from the same rows
+                times.append((read - started, placed_at - read, written - placed_at))
+                placed = len(plan.placements)
+            engine.dispose()
+        read_s, place_s, write_s = (statistics.median(t[i] for t in times) for i in range(3))
+        label = f"busy: {LIVE_NODES * 4} running, {LIVE_PENDING} pending" if busy else "idle"
+        print(
+            f"| {LIVE_NODES} x 8, {label} | {read_s * 1000:.0f} | {place_s * 1000:.0f} "
+            f"| {write_s * 1000:.0f} | {(read_s + write_s) * 1000:.0f} | {placed} "
+            f"| {(read_s + place_s + write_s) * 1000:.0f} |",
+            flush=True,
+        )
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--live", action="store_true", help="a live cycle on PostgreSQL")
+    parser.add_argument("--pg", default=DEFAULT_PG)
+    args = parser.parse_args()
+    if args.live:
+        live_cycle(args.pg)
+        return
     scheduler = Scheduler(SchedulerConfig())
     print("| nodes x 8 GPUs | pending | placed | cycle (s) | vs 125 nodes |")
     print("|---|---|---|---|---|")
