@@ -4,7 +4,8 @@ Every policy but `exclusive` runs on Colloc's scheduler and reservation rules; t
 differ only in the memory figure a job starts with, so the comparison isolates the
 estimate. Policies are chosen by name from `POLICIES`.
 
-- `exclusive`: one job per GPU, on GPU models where the job fits (its user knows).
+- `exclusive`: one job per GPU, on GPU models where the job fits (its user knows what
+  measurements show, not the `spiky` scenario's surprises).
 - `request`: the user's claim (`SimJob.claim_mib`: tensor-only figures, optimistic).
 - `horus`: the Horus formula (Yeung et al., TPDS 2022), as GPUMemNet's recorded
   figures pin it down: 4 bytes x ((1 + B) x P + B x A) for P parameters, batch B and
@@ -18,18 +19,21 @@ estimate. Policies are chosen by name from `POLICIES`.
   that fits it while peak plus margin does not). Its calibration never saw the model
   it estimates, at any batch size: the measured models are split in two and each half
   is estimated by a calibration trained on the other half (a user's model is new; its
-  family may have been measured).
+  family may have been measured). Both halves learn the cluster's own fixed cost per
+  GPU model from every finished job, through the estimator's offsets as the service
+  learns them (`estimator/offsets.py`): they start from the shipped calibration's
+  defaults, which a cluster of another software stack (`foreign-stack`) contradicts.
 - `colloc-new-family`: the same, split by architecture family, so that no model of
   the job's family was ever measured (the harder case `bench/RESULTS.md` also reports
   for the estimator alone).
-- `oracle`: the true peak.
+- `oracle`: the true peak, but for surprises no measurement shows (`spiky`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from sklearn.model_selection import GroupKFold
 
@@ -37,8 +41,10 @@ from estimator.analytical.model import MIB, breakdown, resolve
 from estimator.estimate import Estimate, Estimator, proven_peaks
 from estimator.gpus import find_gpu_model
 from estimator.history import architecture, fingerprint
+from estimator.learned.artifact import Artifact
 from estimator.learned.measurements import Measurement
 from estimator.learned.train import prepare, train
+from estimator.offsets import VOUCHED, FixedCostOffsets
 from estimator.spec import TrainingSpec
 from service.simulator.workload import SimJob
 
@@ -79,7 +85,9 @@ class _Static:
 
 class Exclusive(_Static):
     def demand(self, job: SimJob, models: Mapping[str, int]) -> Demand:
-        fits = {model for model, memory in models.items() if job.true_peak_mib[model] <= memory}
+        fits = {m for m, memory in models.items() if job.foreseen_peak_mib[m] <= memory}
+        if not fits:  # its user states what it needs, and the service refuses it
+            return Demand(memory_mib=min(job.foreseen_peak_mib.values()))
         return Demand(gpu_models=frozenset(fits))
 
 
@@ -118,21 +126,50 @@ class Analytical(_Static):
 
 class Oracle(_Static):
     def demand(self, job: SimJob, models: Mapping[str, int]) -> Demand:
-        return Demand(upper_mib={m: job.true_peak_mib[m] for m in models})
+        return Demand(upper_mib={m: job.foreseen_peak_mib[m] for m in models})
 
 
-def held_out_estimators(
+def held_out_calibrations(
     rows: Sequence[Measurement], by: Callable[[Measurement], str], folds: int = 2
-) -> dict[str, Estimator]:
-    """`by(row)` -> an estimator whose calibration never saw a run with that key."""
+) -> dict[str, Artifact]:
+    """`by(row)` -> a calibration that never saw a run with that key."""
     data = prepare(list(rows))
     keys = [by(row) for row in data.rows]
-    estimators: dict[str, Estimator] = {}
+    calibrations: dict[str, Artifact] = {}
     for train_idx, test_idx in GroupKFold(n_splits=folds).split(data.features, groups=keys):
-        estimator = Estimator(train([data.rows[i] for i in train_idx]))
+        calibration = train([data.rows[i] for i in train_idx])
         for i in test_idx:
-            estimators[keys[i]] = estimator
-    return estimators
+            calibrations[keys[i]] = calibration
+    return calibrations
+
+
+class CachedOffsets(FixedCostOffsets):
+    """Offsets whose figures are worked out once per environment and run taken in: a
+    simulation asks for them at every estimate, thousands of times between two runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._figures: dict[tuple[str, str], Any] = {}
+
+    def observe(
+        self, key: str, residual_mib: float, model_mib: float, voter: str = VOUCHED
+    ) -> None:
+        super().observe(key, residual_mib, model_mib, voter)
+        self._figures = {k: v for k, v in self._figures.items() if k[1] != key}
+
+    def _cached(self, figure: str, key: str, compute: Callable[[str], Any]) -> Any:
+        if (figure, key) not in self._figures:
+            self._figures[(figure, key)] = compute(key)
+        return self._figures[(figure, key)]
+
+    def in_force(self, key: str) -> bool:
+        return bool(self._cached("in_force", key, super().in_force))
+
+    def offset_mib(self, key: str) -> float:
+        return float(self._cached("offset", key, super().offset_mib))
+
+    def margin_mib(self, key: str) -> float:
+        return float(self._cached("margin", key, super().margin_mib))
 
 
 def by_model(row: Measurement) -> str:
@@ -146,13 +183,21 @@ def by_family(row: Measurement) -> str:
 
 
 class Colloc:
-    def __init__(self, estimators: dict[str, Estimator], key: Callable[[SimJob], str]) -> None:
+    def __init__(
+        self,
+        estimators: dict[str, Estimator],
+        key: Callable[[SimJob], str],
+        offsets: FixedCostOffsets,
+    ) -> None:
         self._estimators = estimators
         self._key = key  # the job's held-out part, as `estimators` is keyed
-        self._fallback = Estimator(artifact=None)
+        self._offsets = offsets  # the cluster's, shared by every estimator here
+        self._fallback = Estimator(artifact=None, offsets=offsets)
         # estimates already made, by architecture, then configuration and GPU model,
-        # until a run of that architecture is observed (it can change them all)
+        # until a run of that architecture is observed (it can change them all) or the
+        # offsets in force change (they move every estimate)
         self._known: dict[str, dict[tuple[str, str], Estimate]] = {}
+        self._digest = offsets.digest()
 
     def _estimator(self, job: SimJob) -> Estimator:
         return self._estimators.get(self._key(job), self._fallback)
@@ -172,8 +217,17 @@ class Colloc:
         )
 
     def observe(self, job: SimJob, model: str, peak_mib: int) -> None:
-        self._estimator(job).observe(job.spec, model, peak_mib)
+        """As the service's sync does: the peak into the history, and its residual into
+        its environment's offset (the simulator has no owners: every run is taken as
+        vouched for, so an offset is in force after `offsets.MIN_OBSERVATIONS` runs)."""
+        estimator = self._estimator(job)
+        estimator.observe(job.spec, model, peak_mib)
+        estimator.learn_fixed_cost(job.spec, model, peak_mib)
         self._known.pop(architecture(job.spec), None)
+        digest = self._offsets.digest()
+        if digest != self._digest:
+            self._known.clear()
+            self._digest = digest
 
     def observe_oom(self, job: SimJob, model: str, held_mib: int) -> None:
         self._estimator(job).observe_oom(job.spec, model, held_mib)
@@ -182,9 +236,32 @@ class Colloc:
 
 @dataclass(frozen=True)
 class PolicyInputs:
-    """What building a policy may need (the measured runs, for Colloc's calibration)."""
+    """What building a policy may need: the measured runs, for Colloc's calibrations,
+    which are trained once per split (`held_out`) and shared by every simulation given
+    these inputs (a calibration is read-only; what a policy learns is its own)."""
 
     measurements: Sequence[Measurement] = ()
+    trained: dict[str, dict[str, Artifact]] = field(default_factory=dict)
+
+    def held_out(self, by: Callable[[Measurement], str]) -> dict[str, Artifact]:
+        if by.__name__ not in self.trained:
+            self.trained[by.__name__] = held_out_calibrations(self.measurements, by)
+        return self.trained[by.__name__]
+
+
+def colloc(
+    inputs: PolicyInputs, by: Callable[[Measurement], str], key: Callable[[SimJob], str]
+) -> Colloc:
+    """Colloc with calibrations held out by `by` (a job's `key` is its row's), each
+    estimator with a history of its own, all learning one cluster's offsets from none."""
+    offsets = CachedOffsets()
+    made: dict[int, Estimator] = {}  # one estimator per calibration
+    estimators = {}
+    for held_out, calibration in inputs.held_out(by).items():
+        if id(calibration) not in made:
+            made[id(calibration)] = Estimator(calibration, offsets=offsets)
+        estimators[held_out] = made[id(calibration)]
+    return Colloc(estimators, key, offsets)
 
 
 POLICIES: dict[str, Callable[[PolicyInputs], Policy]] = {
@@ -192,11 +269,7 @@ POLICIES: dict[str, Callable[[PolicyInputs], Policy]] = {
     "request": lambda _inputs: Request(),
     "horus": lambda _inputs: Horus(),
     "analytical": lambda _inputs: Analytical(),
-    "colloc": lambda inputs: Colloc(
-        held_out_estimators(inputs.measurements, by_model), lambda job: job.model
-    ),
-    "colloc-new-family": lambda inputs: Colloc(
-        held_out_estimators(inputs.measurements, by_family), lambda job: job.group
-    ),
+    "colloc": lambda inputs: colloc(inputs, by_model, lambda job: job.model),
+    "colloc-new-family": lambda inputs: colloc(inputs, by_family, lambda job: job.group),
     "oracle": lambda _inputs: Oracle(),
 }

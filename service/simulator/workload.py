@@ -43,6 +43,9 @@ class SimJob:
     model: str  # the measured run's model (JSON), and its architecture family:
     group: str  # held-out estimators are split by one or the other
     true_peak_mib: dict[str, int]  # per GPU model of the cluster
+    # the peak an oracle knows, per GPU model: the true peak but for surprises no
+    # measurement shows (the `spiky` scenario's); what `oracle` and `exclusive` go by
+    foreseen_peak_mib: dict[str, int]
     claim_mib: int  # what the user would write as memory_mib
     sharing_class: int  # Lucid's class: how much it slows and is slowed by neighbours
 
@@ -56,10 +59,16 @@ def true_peak_mib(row: Measurement, gpu_model: str, gpus: int, spike: float) -> 
 
 
 def plausible(row: Measurement) -> bool:
-    """Whether the run reached its peak: not censored at the card's limit, and not below
-    FakeTensor's tensor-only peak of the same run (a device peak holds every tensor, so
-    such a run ended early; 163 timm runs)."""
-    return not row.censored and not (row.faketensor_mib and row.faketensor_mib > row.measured_mib)
+    """Whether the run's peak can be a job's truth: not flagged by the estimator's
+    implausible-measurement rule (`measurements.implausible_runs`: a peak falling as the
+    batch grows, or one value at batches 4x apart; 432 timm runs), not censored at the
+    card's limit, and not below FakeTensor's tensor-only peak of the same run (a device
+    peak holds every tensor, so such a run ended early; 163 timm runs)."""
+    return (
+        not row.implausible
+        and not row.censored
+        and not (row.faketensor_mib and row.faketensor_mib > row.measured_mib)
+    )
 
 
 def claim_ratios(rows: Sequence[Measurement]) -> list[float]:
@@ -132,6 +141,7 @@ def build(
         ):  # the NCCL buffers of a multi-GPU job can tip a configuration over
             row = rng.choice(by_source[rng.choices(sources, weights)[0]])
         spike = rng.uniform(0.0, config.spike)
+        peaks = {model: true_peak_mib(row, model, gpus, spike) for model in cluster_models}
         spec = row.spec()
         if gpus > 1:  # data parallel: each GPU holds the single-GPU run's memory
             parallelism = spec.parallelism.model_copy(update={"dp": gpus})
@@ -145,9 +155,8 @@ def build(
                 spec=spec,
                 model=row.model,
                 group=row.group,
-                true_peak_mib={
-                    model: true_peak_mib(row, model, gpus, spike) for model in cluster_models
-                },
+                true_peak_mib=peaks,
+                foreseen_peak_mib=peaks,
                 claim_mib=GIB * math.ceil(row.measured_mib * rng.choice(ratios) / GIB),
                 sharing_class=rng.choices(classes, [class_share[c] for c in classes])[0],
             )

@@ -34,6 +34,7 @@ def job(job_id: int, arrival_s: float, work_s: float, true_mib: int, claim_mib: 
         model="m",
         group="g",
         true_peak_mib={GPU: true_mib},
+        foreseen_peak_mib={GPU: true_mib},
         claim_mib=claim_mib,
         sharing_class=0,
     )

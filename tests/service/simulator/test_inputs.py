@@ -101,7 +101,7 @@ def test_workload_is_deterministic_and_grounded_in_measurements() -> None:
 
 def test_runs_that_ended_before_their_peak_are_no_truth() -> None:
     for row in measurements.read():
-        if row.faketensor_mib is not None and not row.censored:
+        if row.faketensor_mib is not None and not row.censored and not row.implausible:
             assert workload.plausible(row) == (row.faketensor_mib <= row.measured_mib)
     crashed = [r for r in measurements.read() if r.model.endswith('cait_m48_448"}')]
     assert crashed and not any(workload.plausible(r) for r in crashed)
@@ -110,7 +110,7 @@ def test_runs_that_ended_before_their_peak_are_no_truth() -> None:
 def test_policies_demands() -> None:
     job = _jobs(1)[0]
     models = {"NVIDIA A100-SXM4-40GB": 40960, "Tesla T4": 15360}
-    assert Oracle().demand(job, models).upper_mib == job.true_peak_mib
+    assert Oracle().demand(job, models).upper_mib == job.foreseen_peak_mib == job.true_peak_mib
     assert Request().demand(job, models).memory_mib == job.claim_mib
     fits = Exclusive().demand(job, models).gpu_models
     assert fits == frozenset(m for m, memory in models.items() if job.true_peak_mib[m] <= memory)
@@ -126,7 +126,7 @@ def test_standard_scenario_is_documented() -> None:
 
 def test_colloc_answers_as_its_estimator_and_learns_from_observed_peaks() -> None:
     estimator = Estimator(artifact=None)
-    colloc = Colloc({"m": estimator}, lambda job: job.model)
+    colloc = Colloc({"m": estimator}, lambda job: job.model, estimator.offsets)
     first = replace(_jobs(1)[0], model="m")
     other = replace(first, spec=first.spec.model_copy(update={"image_size": 299}))
     models = {"Tesla T4": 15360, "NVIDIA A100-SXM4-40GB": 40960}
