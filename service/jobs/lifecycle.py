@@ -6,7 +6,6 @@ means for its job is decided by the pure rules of `service/scheduler/lifecycle.p
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
@@ -19,7 +18,6 @@ from service.events.service import record
 from service.jobs import observations
 from service.jobs.models import Allocation, Attempt, Job
 from service.jobs.queries import cluster_gpus
-from service.nodes.models import Gpu
 from service.scheduler.lifecycle import (
     Ending,
     GpuHeld,
@@ -80,47 +78,6 @@ def cancel(*, session: Session, job: Job) -> Job:
         )
     job.updated_at = now
     return job
-
-
-def start_attempt(
-    *,
-    session: Session,
-    job: Job,
-    node_id: int,
-    gpus: list[Gpu],
-    reserved_mib: Sequence[int],
-    why: str = "",
-) -> Attempt:
-    """Place a pending job: a new attempt holding `reserved_mib[i]` on `gpus[i]`."""
-    now = utcnow()
-    attempt = Attempt(
-        job_id=job.id,
-        number=len(job.attempts) + 1,
-        node_id=node_id,
-        state=AttemptState.PLACED,
-        reserved_mib=max(reserved_mib),
-        placed_at=now,
-    )
-    session.add(attempt)
-    job.attempts.append(attempt)
-    for gpu, mib in zip(gpus, reserved_mib, strict=True):
-        session.add(Allocation(attempt=attempt, gpu_id=gpu.id, reserved_mib=mib))
-    job.state = JobState.PLACED
-    job.reason = None
-    job.updated_at = now
-    where = ", ".join(
-        f"{gpu.model} #{gpu.index} ({gpu.uuid}) with {mib} MiB"
-        for gpu, mib in zip(gpus, reserved_mib, strict=True)
-    )
-    record(
-        session=session,
-        kind="job.placed",
-        job_id=job.id,
-        node_id=node_id,
-        message=f"attempt {attempt.number} placed on {where}" + (f"; {why}" if why else ""),
-        data={"attempt": attempt.number, "gpus": [gpu.uuid for gpu in gpus]},
-    )
-    return attempt
 
 
 def preempt(*, session: Session, job: Job, for_job: int) -> None:

@@ -109,11 +109,11 @@ def _storable(mib: int) -> int:
     return min(max(mib, 0), MAX_STORED_MIB)
 
 
-def store_estimates(session: Session, job: Job, estimates: dict[str, Estimate]) -> None:
+def store_estimates(session: Session, job_id: int, estimates: dict[str, Estimate]) -> None:
     for model, estimate in estimates.items():
         session.add(
             JobEstimate(
-                job_id=job.id,
+                job_id=job_id,
                 gpu_model=model,
                 peak_mib=_storable(estimate.peak_mib),
                 upper_mib=_storable(estimate.upper_mib),
@@ -204,7 +204,7 @@ def create(
     )
     session.add(job)
     session.flush()
-    store_estimates(session, job, estimates)
+    store_estimates(session, job.id, estimates)
     record(session=session, kind="job.submitted", job_id=job.id, message=f"job {job.id} submitted")
     return job, True
 

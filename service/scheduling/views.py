@@ -10,13 +10,14 @@ from estimator.estimate import Estimator
 from service.nodes.models import Gpu
 from service.scheduler.placement import Explanation, Scheduler
 from service.scheduler.snapshot import GpuView
-from service.scheduling.snapshot_reader import active_attempts, gpu_views_of, read_snapshot
+from service.scheduling.snapshot_reader import GPU_COLUMNS, gpu_view, held_now, read_snapshot
 
 
 def gpu_views(session: Session) -> dict[int, GpuView]:
     """Every GPU as the scheduler accounts for it, by id."""
-    views = gpu_views_of(list(session.scalars(select(Gpu))), active_attempts(session))
-    return {view.id: view for view in views}
+    held = held_now(session)
+    rows = session.execute(select(*GPU_COLUMNS).order_by(Gpu.id))
+    return {row.gpu_id: gpu_view(row, held) for row in rows}
 
 
 def explain_job(
