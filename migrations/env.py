@@ -32,6 +32,14 @@ def run_migrations_online() -> None:
     assert url is not None, "sqlalchemy.url must be set in the Alembic config"
     engine = make_engine(url)
     with engine.connect() as connection:
+        if connection.dialect.name == "sqlite":
+            # a batch operation recreates its table, which SQLite allows for a table other
+            # tables reference only with foreign keys off, set outside a transaction
+            # (https://www.sqlite.org/lang_altertable.html#otheralter): before the first
+            # statement begins one; the connection is discarded with the engine below
+            driver = connection.connection.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA foreign_keys=OFF")
         context.configure(
             connection=connection, target_metadata=target_metadata, render_as_batch=True
         )
