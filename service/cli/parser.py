@@ -243,7 +243,9 @@ def _simulate_command(commands: Any) -> None:
         description="Replay a public trace on a simulated heterogeneous cluster, once per "
         "policy, and compare OOMs, makespan, JCT, queueing and utilisation.",
     )
-    sim.add_argument("--scenario", default="standard", help="standard (default) or large")
+    sim.add_argument(
+        "--scenario", default="standard", help="standard (default), spiky, foreign-stack or large"
+    )
     sim.add_argument("--cluster", type=Path, help="a cluster YAML file instead of Alibaba's")
     sim.add_argument("--gpus", type=_positive_int, help="Alibaba-shaped cluster of ~N GPUs")
     sim.add_argument(

@@ -61,7 +61,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         trace = report.trace
         print(
             f"scenario {scenario.name}: {trace['jobs']} jobs from the {trace['trace']} trace "
-            f"(seed {trace['seed']}, load {trace['load']}) on {trace['gpus']} GPUs"
+            f"(seed {trace['seed']}, load {trace['load']}) on {trace['gpus']} GPUs; truth "
+            f"{trace['truth']} ({trace['implausible_rows_left_out']} implausible measured "
+            "runs left out)"
         )
         print(table(report))
     if args.plots:

@@ -14,6 +14,7 @@ COLUMNS = (
     "policy",
     "OOMs",
     "GPU-h lost",
+    "share lost",
     "makespan (h)",
     "vs exclusive",
     "vs oracle",
@@ -21,6 +22,8 @@ COLUMNS = (
     "mean JCT (s)",
     "p95 JCT (s)",
     "mean queue (s)",
+    "p95 queue (s)",
+    "reserved/true",
     "memory used",
     "SM busy",
     "done",
@@ -34,7 +37,8 @@ def _ratio(value: float, base: float | None) -> str:
 
 
 def table(report: Report) -> str:
-    """One row per policy; makespans also as ratios to exclusive's and the oracle's."""
+    """One row per policy; makespans also as ratios to exclusive's and the oracle's; GPU
+    time lost to OOMs also as a share of the workload's; reservations over true peaks."""
     results = report.results
     exclusive = results["exclusive"].makespan_s if "exclusive" in results else None
     oracle = results["oracle"].makespan_s if "oracle" in results else None
@@ -47,6 +51,7 @@ def table(report: Report) -> str:
             name,
             str(r.oom_events),
             f"{r.gpu_hours_lost_to_oom:.2f}",
+            f"{r.oom_lost_share:.3%}",
             f"{r.makespan_s / 3600:.2f}",
             _ratio(r.makespan_s, exclusive),
             _ratio(r.makespan_s, oracle),
@@ -54,6 +59,8 @@ def table(report: Report) -> str:
             f"{r.mean_jct_s:.0f}",
             f"{r.p95_jct_s:.0f}",
             f"{r.mean_queue_s:.0f}",
+            f"{r.p95_queue_s:.0f}",
+            f"{r.mean_reserved_over_true():.2f}",
             f"{r.gpu_memory_utilization:.1%}",
             f"{r.sm_busy_share:.1%}",
             str(r.jobs_completed),

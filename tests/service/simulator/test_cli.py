@@ -42,6 +42,25 @@ def test_json_output_follows_the_contract(capsys: pytest.CaptureFixture[str]) ->
     assert report["trace"]["jobs"] == 120 and report["trace"]["gpus"] <= 24
 
 
+def test_a_scenario_of_issue_20_adds_its_figures_to_the_contract(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["--scenario", "spiky", "--gpus", "16", "--jobs", "200", "--json"]
+    status, out, _err = simulate(capsys, *args, "--policies", "exclusive,oracle")
+    assert status == 0
+    report = json.loads(out)
+    for figures in report["policies"].values():
+        assert set(figures) >= CONTRACT | {
+            "p95_queue_s",
+            "oom_lost_share",
+            "reserved_over_true_peak",
+            "reserved_over_true_peak_after_200",
+        }
+    trace = report["trace"]
+    assert trace["truth"] == "spiky" and trace["spiked_jobs"] == 2  # 1% of 200
+    assert trace["implausible_rows_left_out"] == 432
+
+
 def test_a_seed_gives_the_same_run() -> None:
     scenario = adjusted(SCENARIOS["standard"], gpus=16, jobs=150, seed=3)
     first = run(scenario, ["exclusive", "request", "oracle"]).as_json()
