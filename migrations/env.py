@@ -32,7 +32,8 @@ def run_migrations_online() -> None:
     assert url is not None, "sqlalchemy.url must be set in the Alembic config"
     engine = make_engine(url)
     with engine.connect() as connection:
-        if connection.dialect.name == "sqlite":
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
             # a batch operation recreates its table, which SQLite allows for a table other
             # tables reference only with foreign keys off, set outside a transaction
             # (https://www.sqlite.org/lang_altertable.html#otheralter): before the first
@@ -45,6 +46,10 @@ def run_migrations_online() -> None:
         )
         with context.begin_transaction():
             context.run_migrations()
+            # and then, as that page says, the references are checked before committing
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all() if sqlite else []
+            if broken:
+                raise RuntimeError(f"the migration broke foreign keys: {broken[:5]}")
     engine.dispose()
 
 
