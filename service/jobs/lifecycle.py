@@ -17,7 +17,7 @@ from service.errors import ApiError
 from service.events.service import record
 from service.jobs import observations
 from service.jobs.models import Allocation, Attempt, Job
-from service.jobs.queries import cluster_gpus
+from service.nodes.makeup import cluster_gpus
 from service.scheduler.lifecycle import (
     Ending,
     GpuHeld,

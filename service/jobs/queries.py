@@ -1,4 +1,4 @@
-"""Reading jobs: one by id, a filtered page, and the GPUs they may be placed on."""
+"""Reading jobs: one by id, and a filtered page."""
 
 from __future__ import annotations
 
@@ -16,12 +16,6 @@ def get(*, session: Session, job_id: int) -> Job:
     if job is None:
         raise not_found("job", job_id)
     return job
-
-
-def cluster_gpus(session: Session) -> list[tuple[int, str, int]]:
-    """(node id, model, memory total) of every GPU ever registered."""
-    rows = session.execute(select(Gpu.node_id, Gpu.model, Gpu.memory_total_mib))
-    return [(node_id, model, total) for node_id, model, total in rows]
 
 
 # what the API view of a job reads (views.to_read), loaded with the page

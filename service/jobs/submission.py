@@ -20,8 +20,8 @@ from service.db import utcnow
 from service.errors import ApiError
 from service.events.service import record
 from service.jobs.models import Job, JobEstimate
-from service.jobs.queries import cluster_gpus
 from service.jobs.schemas import JobCreate
+from service.nodes.makeup import cluster_gpus
 from service.scheduler.admission import can_ever_fit
 from service.scheduler.snapshot import pending_job, room_by_model
 from service.scheduler.states import FINAL_JOB_STATES, JobState
@@ -109,20 +109,23 @@ def _storable(mib: int) -> int:
     return min(max(mib, 0), MAX_STORED_MIB)
 
 
+def _estimate_row(model: str, estimate: Estimate) -> JobEstimate:
+    return JobEstimate(
+        gpu_model=model,
+        peak_mib=_storable(estimate.peak_mib),
+        upper_mib=_storable(estimate.upper_mib),
+        coverage=estimate.coverage,
+        method=estimate.method,
+        model_version=estimate.model_version,
+        breakdown_mib={k: _storable(v) for k, v in estimate.breakdown_mib.items()},
+    )
+
+
 def store_estimates(session: Session, job_id: int, estimates: dict[str, Estimate]) -> None:
     for model, estimate in estimates.items():
-        session.add(
-            JobEstimate(
-                job_id=job_id,
-                gpu_model=model,
-                peak_mib=_storable(estimate.peak_mib),
-                upper_mib=_storable(estimate.upper_mib),
-                coverage=estimate.coverage,
-                method=estimate.method,
-                model_version=estimate.model_version,
-                breakdown_mib={k: _storable(v) for k, v in estimate.breakdown_mib.items()},
-            )
-        )
+        row = _estimate_row(model, estimate)
+        row.job_id = job_id
+        session.add(row)
 
 
 def create(
@@ -137,7 +140,9 @@ def create(
 ) -> tuple[Job, bool]:
     """Submit a job; returns it and whether it is new (False: an idempotent replay).
 
-    A job with a `training` spec is estimated on every GPU model in the cluster now (on
+    The cluster is read as its cached make-up (`service.nodes.makeup`), so a submit
+    costs the same whatever the cluster's size. A job with a `training` spec is
+    estimated on every GPU model in the cluster now (on
     VALIDATION_GPU when there is none, to refuse a spec it cannot estimate); models that
     join later are estimated by the scheduler when it first needs them. Only an `admin`
     may give a job a priority above its queue's maximum.
@@ -201,10 +206,12 @@ def create(
         idempotency_key=idempotency_key,
         created_at=now,
         updated_at=now,
+        # its relations given, so that answering with the job reads nothing back
+        attempts=[],
+        estimates=[_estimate_row(model, e) for model, e in estimates.items()],
     )
     session.add(job)
     session.flush()
-    store_estimates(session, job.id, estimates)
     record(session=session, kind="job.submitted", job_id=job.id, message=f"job {job.id} submitted")
     return job, True
 

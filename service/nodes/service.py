@@ -33,6 +33,7 @@ from service.events.service import record
 from service.jobs import lifecycle as jobs
 from service.jobs.models import Allocation, Attempt, Job
 from service.logs import service as logs
+from service.nodes.makeup import REGISTERED
 from service.nodes.models import Gpu, Node
 from service.scheduler.states import ACTIVE_ATTEMPT_STATES, AttemptState
 
@@ -81,7 +82,7 @@ def register(*, session: Session, body: NodeRegister) -> Node:
             gpu.healthy = False
     record(
         session=session,
-        kind="node.registered",
+        kind=REGISTERED,
         node_id=node.id,
         message=f"node {node.name} registered with {len(body.gpus)} GPU(s)",
     )
