@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from agent.protocol import GpuInfo, GpuKind
+from agent.protocol import GpuInfo, GpuKind, NodeName
 from estimator.files import read_yaml
 from estimator.gpus import find_gpu_model, parse_compute_capability
 
@@ -47,6 +47,7 @@ def simulated_gpu_uuid(node: str, index: int) -> str:
 
 
 REPORTED = ("driver_version", "cuda_driver_version", "context_mib")
+_NODE_NAME: TypeAdapter[str] = TypeAdapter(NodeName)
 
 
 def _kind(node_name: str, entry: dict[str, Any], model: str, memory: int) -> GpuKind:
@@ -102,6 +103,13 @@ def parse_cluster(data: Any) -> list[SimulatedNode]:
         name = raw.get("name") if isinstance(raw, dict) else None
         if not isinstance(name, str) or not name:
             raise ClusterFileError("each node needs a 'name'")
+        try:
+            _NODE_NAME.validate_python(name)
+        except ValidationError as exc:
+            raise ClusterFileError(
+                f"node name {name!r}: at most 128 letters, digits, '.', '_' or '-' "
+                "(as the server registers nodes)"
+            ) from exc
         if any(node.name == name for node in nodes):
             raise ClusterFileError(f"node {name} is listed twice")
         gpus: list[GpuInfo] = []

@@ -53,6 +53,9 @@ def _cut(limit: int) -> Callable[[object], object]:
 
 
 Uuid = Annotated[str, StringConstraints(min_length=1, max_length=96)]
+NodeName = Annotated[
+    str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
+]
 Mib = Annotated[int, Field(ge=0, le=MAX_MIB)]
 Pct = Annotated[float, Field(ge=0, le=100)]
 Text = Annotated[str, BeforeValidator(_cut(TEXT_CHARS))]
@@ -104,9 +107,7 @@ class GpuInfo(GpuKind):
 
 
 class NodeRegister(Request):
-    name: Annotated[
-        str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
-    ]
+    name: NodeName
     agent_version: Annotated[str, StringConstraints(min_length=1, max_length=64)]
     gpus: list[GpuInfo] = Field(max_length=MAX_GPUS)
 

@@ -47,6 +47,11 @@ def test_cluster_file_resolves_models_and_stable_uuids(repo_root: Path) -> None:
     [
         (None, "non-empty 'nodes'"),
         ({"nodes": [{"gpus": [{"model": "T4"}]}]}, "needs a 'name'"),
+        ({"nodes": [{"name": "node a", "gpus": [{"model": "T4"}]}]}, "'node a': at most 128"),
+        (
+            {"nodes": [{"name": "a", "gpus": [{"model": "T4", "cuda_driver_version": 12}]}]},
+            "'cuda_driver_version': Input should be greater than or equal to 1000",
+        ),
         ({"nodes": [{"name": "a", "gpus": []}]}, "non-empty list"),
         ({"nodes": [{"name": "a", "gpus": [{"model": "Acme"}]}]}, "memory_mib"),
         ({"nodes": [{"name": "a", "gpus": [{"model": "T4", "count": 0}]}]}, "count"),
