@@ -40,10 +40,7 @@ class GpuModel:
     """The GPU models a job names, if it names any (a `ModelIndex`)."""
 
     def models(self, job: PendingJob) -> Collection[str] | None:
-        # An empty list narrows nothing here, as admission's can_ever_fit reads it,
-        # while `check` refuses every GPU to it (the simulator's exclusive policy sends
-        # a job that fits no model so).
-        return job.gpu_models or None
+        return job.gpu_models
 
     def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
         if job.gpu_models is None or gpu.model in job.gpu_models:

@@ -160,7 +160,7 @@ def test_what_the_index_chooses_every_filter_accepts() -> None:
             1,
             rng.choice((None, rng.randint(500, 40000))),
             exclusive=rng.random() < 0.2,
-            gpu_models=rng.choice((None, frozenset({T4}), frozenset({A100}))),
+            gpu_models=rng.choice((None, frozenset(), frozenset({T4}), frozenset({A100}))),
         )
         snapshot = Snapshot(NODES, gpus, (pending,))
         plan = Scheduler(NO_HEADROOM).place(snapshot)
@@ -169,4 +169,4 @@ def test_what_the_index_chooses_every_filter_accepts() -> None:
         if plan.placements:
             placed += 1
             assert set(plan.placements[0].gpu_ids) <= fits
-    assert 50 < placed < 250  # both outcomes were tried
+    assert 20 < placed < 280  # both outcomes were tried
