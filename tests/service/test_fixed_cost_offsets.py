@@ -84,3 +84,28 @@ def test_the_offset_moves_after_observations_and_survives_a_restart(make_client:
     assert again["model_version"] == after["model_version"]
     assert offsets(restarted) == offsets(client)
     assert len(offsets(restarted)) == 1 and offsets(restarted)[0]["observations"] == 5
+
+
+def imagenet(batch: int) -> dict[str, Any]:
+    return {"model": {"catalog": "resnet50"}, "batch_size": batch, "image_size": 224}
+
+
+def test_jobs_of_large_models_leave_the_offset_at_its_prior(make_client: Any) -> None:
+    """Finished jobs whose model terms dwarf the fixed cost (ResNet-50 on ImageNet:
+    GiBs of activations) measure their own model error, not the stack's fixed cost:
+    however many finish, no offset is learned from them (estimator/offsets.py)."""
+    client = make_client()
+    node = register(client)
+    before = estimate_now(client)
+    for batch in (16, 32, 48, 64, 96):
+        job = submit(client, training=imagenet(batch))
+        (estimate,) = job["estimates"]
+        cycle(client)
+        peak = estimate["peak_mib"] + STACK_MIB
+        beat(client, node, [exited(job["id"], peak=peak, ran_s=600)])
+        cycle(client)
+    (kept,) = offsets(client)
+    assert kept["observations"] == 5 and not kept["in_force"] and kept["offset_mib"] == 0.0
+    after = estimate_now(client)
+    assert after["peak_mib"] == before["peak_mib"]
+    assert after["model_version"] == before["model_version"]
