@@ -3,7 +3,7 @@ against the oracle run in the same process on the same jobs, and the simulator's
 at 10,000 jobs on 1,000 GPUs.
 
     .venv/bin/python bench/scheduling.py [--scenarios standard,spiky,foreign-stack]
-        [--seeds 5] [--processes 2] [--skip-large]
+        [--seeds 5] [--processes 2] [--jobs N --gpus N] [--skip-large]
 
 For each scenario it prints one table (per policy: the mean over the seeds and the
 worst seed of OOM events, failed and refused jobs, GPU time lost to OOMs as a share of
@@ -37,12 +37,13 @@ POLICIES = ("exclusive", "request", "horus", "analytical", "colloc", "oracle")
 _inputs: PolicyInputs | None = None  # one per worker process: calibrations trained once
 
 
-def _run(task: tuple[str, int, tuple[str, ...]]) -> Report:
+def _run(task: tuple[str, int, int | None, int | None]) -> Report:
     global _inputs
-    name, seed, policies = task
+    name, seed, jobs, gpus = task
     if _inputs is None:
         _inputs = PolicyInputs(measurements.read())
-    return run(adjusted(SCENARIOS[name], seed=seed), list(policies), inputs=_inputs)
+    scenario = adjusted(SCENARIOS[name], seed=seed, jobs=jobs, gpus=gpus)
+    return run(scenario, list(POLICIES), inputs=_inputs)
 
 
 # (column, format, figure of one run from the policy's result and the oracle's, and
@@ -109,6 +110,8 @@ def main() -> None:
     parser.add_argument("--scenarios", default="standard,spiky,foreign-stack")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--jobs", type=int, help="jobs per run (default: the scenario's)")
+    parser.add_argument("--gpus", type=int, help="GPUs (default: the scenario's)")
     parser.add_argument("--skip-large", action="store_true")
     args = parser.parse_args()
     names = [name for name in args.scenarios.split(",") if name]
@@ -117,7 +120,7 @@ def main() -> None:
         parser.error(f"unknown scenario {', '.join(unknown)}; known: {', '.join(SCENARIOS)}")
 
     started = time.perf_counter()
-    tasks = [(name, seed, POLICIES) for name in names for seed in range(args.seeds)]
+    tasks = [(n, seed, args.jobs, args.gpus) for seed in range(args.seeds) for n in names]
     with Pool(args.processes) as pool:
         reports = pool.map(_run, tasks, chunksize=1)
     for name in names:
