@@ -18,12 +18,13 @@ from service.cluster.router import router as cluster_router
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
 from service.dashboard.router import static_files
-from service.db import WORKER_THREADS, make_engine, make_sessionmaker, upgrade
+from service.db import make_engine, make_sessionmaker, upgrade
 from service.deps import SessionDep
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.estimates.router import router as estimates_router
 from service.estimates.service import EstimatorState
 from service.jobs.router import router as jobs_router
+from service.load_shedding import Capacity, LoadShedding
 from service.metrics.collector import ClusterCollector
 from service.metrics.instruments import Instruments, RequestTimer
 from service.metrics.router import router as metrics_router
@@ -39,7 +40,8 @@ VERSION = "0.1.0"
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The app for `settings`; start-up migrates the database and starts scheduling."""
     settings = settings or Settings()
-    engine = make_engine(settings.database_url)
+    capacity = Capacity(settings.max_requests_in_flight)
+    engine = make_engine(settings.database_url, capacity.connections)
     sessions = make_sessionmaker(engine)
     estimator_state = EstimatorState()
     scheduler = Scheduler(settings.scheduler())
@@ -49,7 +51,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         upgrade(settings.database_url)
-        to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
+        to_thread.current_default_thread_limiter().total_tokens = capacity.threads
         workers: list[SchedulerLoop | Periodic] = [usage_sampler(sessions, settings)]
         if settings.scheduler_enabled:
             workers.append(
@@ -77,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.estimator_state = estimator_state
     app.state.scheduler = scheduler
     app.state.instruments = instruments
+    app.add_middleware(LoadShedding, capacity=capacity)
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestTimer, instruments=instruments)
     install_error_handlers(app)

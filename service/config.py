@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -18,6 +19,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from service.durations import MAX_DURATION_S, parse_duration_s
 from service.scheduler.framework import Limit, Quotas, SchedulerConfig
 from service.scheduler.lifecycle import ReservationRules
 from service.scheduler.plugins import BUILT_IN
@@ -25,6 +27,8 @@ from service.scheduler.plugins import BUILT_IN
 CONFIG_FILE_ENV = "COLLOC_CONFIG_FILE"
 # the priorities a job can have (higher runs first)
 JOB_PRIORITY_RANGE = (-1000, 1000)
+# a time limit: seconds, or `1h30m`-style (service/durations.py)
+TimeLimitS = Annotated[int, BeforeValidator(parse_duration_s), Field(ge=1, le=MAX_DURATION_S)]
 
 
 def normalise_database_url(url: str) -> str:
@@ -48,6 +52,12 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./colloc.db"
     # larger request bodies are refused (413); a heartbeat carries at most 2 MiB of logs
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
+    # requests served at once; more get 503 with Retry-After at once. The server runs
+    # this many worker threads plus 2 for probes, and 2 pooled connections per thread plus
+    # 3 (service/load_shedding.py): PostgreSQL's max_connections must cover that. Most
+    # requests take the placement lock, so more at once only queue in the database
+    # (bench/load.py at 250 agents: 12 threads served 23 heartbeats/s, 40 threads 16)
+    max_requests_in_flight: int = Field(default=12, ge=1, le=100)
     # development only: every caller is an admin; `colloc server` then binds to loopback only
     auth_disabled: bool = False
     schedule_interval_s: float = Field(default=1.0, gt=0, le=300)
@@ -77,6 +87,11 @@ class Settings(BaseSettings):
     # admin may set any (JOB_PRIORITY_RANGE), at submission or later. With preemption on,
     # a priority is a claim on other users' GPUs, so users get none above 0 unless granted
     queue_max_priority: dict[str, int] = Field(default_factory=lambda: {"*": 0})
+    # a job's time limit in seconds, by queue ("*": any other queue; absent: none): the
+    # default where its spec names none, and the most it may name; an attempt running
+    # past its limit is stopped and the job ends `timeout`
+    queue_default_time_limit_s: dict[str, TimeLimitS] = Field(default_factory=dict)
+    queue_max_time_limit_s: dict[str, TimeLimitS] = Field(default_factory=dict)
     # running jobs' reservations follow what they really use once it is steady
     reservation_margin: float = Field(default=0.10, ge=0, le=2)
     reservation_stable_s: float = Field(default=120.0, ge=0)
@@ -141,6 +156,16 @@ class Settings(BaseSettings):
     def max_priority(self, queue: str) -> int:
         """The highest priority a user may give a job in `queue`."""
         return self.queue_max_priority.get(queue, self.queue_max_priority.get("*", 0))
+
+    def default_time_limit_s(self, queue: str) -> int | None:
+        """The time limit of a job in `queue` whose spec names none."""
+        limits = self.queue_default_time_limit_s
+        return limits.get(queue, limits.get("*"))
+
+    def max_time_limit_s(self, queue: str) -> int | None:
+        """The longest time limit a job in `queue` may have."""
+        limits = self.queue_max_time_limit_s
+        return limits.get(queue, limits.get("*"))
 
     def reservation_rules(self) -> ReservationRules:
         """How running and retried jobs' reservations move under these settings."""

@@ -57,24 +57,21 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-# Request handlers and their dependencies run on WORKER_THREADS threads, and a request
-# holds its connection between those calls (a dependency queries, later the handler
-# does). With fewer connections than threads, every thread can end up waiting for a
-# connection that a request waiting for a thread holds. So the pool has room for every
-# thread plus the background loops (scheduler, estimator refit, usage sampler, metrics).
-# The threads are few: most requests take the placement lock, and more of them at once
-# only queue inside the database (bench/load.py at 250 agents: 40 threads with a pool to
-# match achieved 16 heartbeats/s, 12 threads 23; with 4 threads and an in-flight limit,
-# even 100 agents got 16 of 20/s).
-WORKER_THREADS = 12
-POOL = {"pool_size": 10, "max_overflow": WORKER_THREADS + 4 - 10}
+# Transactions that only read begin with this execution option (read_transaction).
+READ_ONLY = "colloc_read_only"
 
 
-def make_engine(url: str) -> Engine:
-    """An engine; SQLite gets serialised write transactions and foreign keys on."""
+def make_engine(url: str, connections: int | None = None) -> Engine:
+    """An engine; SQLite gets serialised write transactions and foreign keys on.
+
+    The server passes `connections`, its load-shedding capacity's (a pool that never
+    makes a thread wait); tools that use one connection keep SQLAlchemy's default pool."""
+    pool: dict[str, Any] = {}
+    if connections is not None:
+        pool = {"pool_size": connections, "max_overflow": 0}
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True, **POOL)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **POOL)
+        return create_engine(url, pool_pre_ping=True, **pool)
+    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, **pool)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -89,8 +86,10 @@ def make_engine(url: str) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         # IMMEDIATE takes the write lock up front, so two writers queue on the busy
-        # timeout instead of failing when a read transaction upgrades to a write.
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # timeout instead of failing when a read transaction upgrades to a write. A
+        # read-only one begins deferred: under WAL it neither waits for nor blocks them.
+        read_only = connection.get_execution_options().get(READ_ONLY, False)
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
 
@@ -116,6 +115,16 @@ def lock_placements(session: Session) -> None:
 def transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
     """One unit of work: committed if the block succeeds, rolled back otherwise."""
     with factory() as session, session.begin():
+        yield session
+
+
+@contextmanager
+def read_transaction(factory: sessionmaker[Session]) -> Iterator[Session]:
+    """A unit of work that only reads: on SQLite it does not take the write lock, so it
+    never waits behind a writer (a write in it may fail with "database is locked")."""
+    options: Any = {READ_ONLY: True}  # SQLAlchemy's type lists only its own options
+    with factory() as session, session.begin():
+        session.connection(execution_options=options)
         yield session
 
 

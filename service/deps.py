@@ -1,4 +1,8 @@
-"""FastAPI dependencies shared by the routers, as `Annotated` aliases."""
+"""FastAPI dependencies shared by the routers, as `Annotated` aliases.
+
+Those that only read the app's state are `async def`: FastAPI runs a plain `def`
+dependency on a worker thread, and a request hops between threads once per such call.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +23,12 @@ def _session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def _scheduler(request: Request) -> Scheduler:
+async def _scheduler(request: Request) -> Scheduler:
     scheduler: Scheduler = request.app.state.scheduler
     return scheduler
 
