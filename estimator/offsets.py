@@ -45,7 +45,7 @@ Use (e.g. a leave-one-environment-out benchmark):
     for run in first_runs_of_the_environment:
         # `estimator.fixed_cost_residual` gives both figures for a spec
         offsets.observe("campaign-x", residual_mib, model_mib)
-    offsets.offset_mib("campaign-x")   # 0.0 until MIN_OBSERVATIONS runs were seen
+    offsets.offset_mib("campaign-x")   # 0.0 until MIN_OBSERVATIONS deciding runs
 
 Pure and deterministic: the same observations in the same order give the same
 offsets and the same `digest()`, which versions every estimate made with them.
