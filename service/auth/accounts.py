@@ -24,10 +24,12 @@ ACCOUNT_PATTERN = re.compile(r"[a-z_][a-z0-9_.-]*\$?")
 ACCOUNT_CHARS = 32
 
 
-def account_for(session: Session, owner: str) -> str:
-    """The account `owner`'s jobs run as: the mapping's, else the name itself."""
-    mapped = session.get(UnixAccount, owner)
-    return mapped.account if mapped is not None else owner
+def accounts_for(session: Session, owners: set[str]) -> dict[str, str]:
+    """The account each of `owners` runs jobs as: the mapping's, else the name itself
+    (one statement for them all)."""
+    mapped = session.scalars(select(UnixAccount).where(UnixAccount.name.in_(owners)))
+    accounts = {mapping.name: mapping.account for mapping in mapped}
+    return {owner: accounts.get(owner, owner) for owner in owners}
 
 
 def set_account(session: Session, name: str, account: str) -> UnixAccount:

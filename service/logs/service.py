@@ -7,9 +7,7 @@ lost heartbeat reply, a restarted agent) is recognised and skipped. Only the las
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from agent.protocol import LogChunk as LogChunkIn
@@ -20,55 +18,59 @@ from service.logs.schemas import LogPage
 STREAMS = ("stdout", "stderr")
 
 
-def ends(session: Session, attempt_id: int) -> dict[str, int]:
-    """Up to which byte each stream of the attempt is held (0 where nothing is)."""
-    rows = session.execute(
-        select(LogChunk.stream, func.max(LogChunk.offset + LogChunk.size))
-        .where(LogChunk.attempt_id == attempt_id)
-        .group_by(LogChunk.stream)
-    )
-    held = {stream: int(end) for stream, end in rows}
-    return {stream: held.get(stream, 0) for stream in STREAMS}
-
-
 def ingest(
-    session: Session, attempt: Attempt, chunks: Iterable[LogChunkIn], keep_bytes: int
-) -> dict[str, int]:
-    """Append what is new in `chunks` (a chunk past the end leaves a gap: skipped
-    output); returns up to which byte each stream is now held."""
-    held = ends(session, attempt.id)
-    for chunk in chunks:
-        end = held[chunk.stream]
-        data, offset = chunk.data, chunk.offset
-        if offset + len(data) <= end:
-            continue  # held already
-        if offset < end:
-            data, offset = data[end - offset :], end
-        session.add(
-            LogChunk(
-                attempt_id=attempt.id,
-                stream=chunk.stream,
-                offset=offset,
-                size=len(data),
-                data=data,
-            )
-        )
-        session.flush()
-        held[chunk.stream] = offset + len(data)
-        _trim(session, attempt.id, chunk.stream, keep_bytes)
+    session: Session, chunks_of: dict[int, list[LogChunkIn]], keep_bytes: int
+) -> dict[int, dict[str, int]]:
+    """Append what is new in each attempt's chunks (`chunks_of`, by attempt id; a
+    chunk past the end leaves a gap: skipped output); returns, per attempt, up to which
+    byte each stream is now held. One statement each to read the ends, insert and trim,
+    however many attempts."""
+    if not chunks_of:
+        return {}
+    rows = session.execute(
+        select(LogChunk.attempt_id, LogChunk.stream, func.max(LogChunk.offset + LogChunk.size))
+        .where(LogChunk.attempt_id.in_(chunks_of))
+        .group_by(LogChunk.attempt_id, LogChunk.stream)
+    )
+    held = {attempt_id: dict.fromkeys(STREAMS, 0) for attempt_id in chunks_of}
+    for attempt_id, stream, end in rows:
+        held[attempt_id][stream] = int(end)
+    new: list[dict[str, object]] = []
+    for attempt_id, chunks in chunks_of.items():
+        for chunk in chunks:
+            end = held[attempt_id][chunk.stream]
+            data, offset = chunk.data, chunk.offset
+            if offset + len(data) <= end:
+                continue  # held already
+            if offset < end:
+                data, offset = data[end - offset :], end
+            new.append(
+                {"attempt_id": attempt_id, "stream": chunk.stream, "offset": offset,
+                 "size": len(data), "data": data}
+            )  # fmt: skip
+            held[attempt_id][chunk.stream] = offset + len(data)
+    if new:
+        session.execute(insert(LogChunk), new)
+        _trim(session, {(row["attempt_id"], row["stream"]) for row in new}, keep_bytes)
     return held
 
 
-def _trim(session: Session, attempt_id: int, stream: str, keep_bytes: int) -> None:
+def _trim(session: Session, streams: set[tuple[object, object]], keep_bytes: int) -> None:
+    """Drop whole chunks from the front of each of `streams` ((attempt id, stream))
+    until it holds at most `keep_bytes`."""
     rows = session.execute(
-        select(LogChunk.id, LogChunk.size)
-        .where(LogChunk.attempt_id == attempt_id, LogChunk.stream == stream)
+        select(LogChunk.id, LogChunk.attempt_id, LogChunk.stream, LogChunk.size)
+        .where(LogChunk.attempt_id.in_({attempt_id for attempt_id, _s in streams}))
         .order_by(LogChunk.offset.desc())
     )
-    kept, drop = 0, []
-    for chunk_id, size in rows:
-        kept += size
-        if kept > keep_bytes:
+    kept: dict[tuple[object, object], int] = {}
+    drop = []
+    for chunk_id, attempt_id, stream, size in rows:
+        key = (attempt_id, stream)
+        if key not in streams:
+            continue
+        kept[key] = kept.get(key, 0) + size
+        if kept[key] > keep_bytes:
             drop.append(chunk_id)
     if drop:
         session.execute(delete(LogChunk).where(LogChunk.id.in_(drop)))

@@ -8,10 +8,12 @@ report is one the agent has not started (re-sent) or no longer runs (lost).
 
 from __future__ import annotations
 
+import math
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm.attributes import set_committed_value
 
 from agent.protocol import (
     Assignment,
@@ -25,7 +27,7 @@ from agent.protocol import (
     Notice,
     sum_known,
 )
-from service.auth.accounts import account_for
+from service.auth.accounts import accounts_for
 from service.config import Settings
 from service.db import lock_placements, utcnow
 from service.errors import ApiError, not_found
@@ -35,6 +37,7 @@ from service.jobs.models import Allocation, Attempt, Job
 from service.logs import service as logs
 from service.nodes.makeup import REGISTERED
 from service.nodes.models import Gpu, Node
+from service.scheduler.lifecycle import followed_reservation
 from service.scheduler.states import ACTIVE_ATTEMPT_STATES, AttemptState
 
 
@@ -131,7 +134,12 @@ def expire_leases(*, session: Session, settings: Settings, up_since: datetime) -
 def heartbeat(
     *, session: Session, node: Node, body: Heartbeat, settings: Settings
 ) -> HeartbeatReply:
-    """Apply one agent report and tell the agent what to start and stop."""
+    """Apply one agent report and tell the agent what to start and stop.
+
+    Everything is read before anything is written, so the placement lock, taken only
+    when this report changes a reservation or an attempt's state, is never waited for
+    while holding a row a scheduling cycle may write. Rows are read and written one
+    statement per kind, whatever the number of attempts reported."""
     gpus = {gpu.uuid: gpu for gpu in node.gpus}
     _reject_duplicates([state.uuid for state in body.gpus])
     unknown = [state.uuid for state in body.gpus if state.uuid not in gpus]
@@ -139,7 +147,12 @@ def heartbeat(
         raise ApiError(
             422, "unknown_gpu", f"GPU(s) not registered on node {node.name}: {', '.join(unknown)}"
         )
-    lock_placements(session)  # reservations change here too
+    reports = _merged(body.attempts)
+    active = _active_attempts(session, node.id)
+    if _changes_reservations(active, reports, settings):
+        lock_placements(session)
+        active = _active_attempts(session, node.id, fresh=True)  # as the lock holder sees it
+    known = _attempts_of(session, node.id, [(r.job_id, r.attempt) for r in reports])
     now = utcnow()
     if node.state != "ready":
         record(
@@ -151,11 +164,15 @@ def heartbeat(
     node.state = "ready"
     node.last_heartbeat_at = now
     unassigned: dict[str, int | None] = {}  # jobs' use of GPUs they were not given: not free
-    for report in body.attempts:
+    for report in reports:
         for uuid, mib in report.unassigned_mib_by_gpu.items():
             unassigned[uuid] = sum_known(unassigned.get(uuid, 0), mib)
-    for state in body.gpus:
+    readings = [
         _update_gpu(session, node, gpus[state.uuid], state, unassigned.get(state.uuid, 0))
+        for state in body.gpus
+    ]
+    if readings:
+        session.execute(update(Gpu), readings)
 
     reply = HeartbeatReply(
         assignments=[],
@@ -165,19 +182,23 @@ def heartbeat(
         log_keep_bytes=settings.log_keep_bytes,
         heartbeat_interval_s=settings.heartbeat_interval_s,
     )
-    active = _active_attempts(session, node.id)
-    known = _attempts_of(session, node.id, [(r.job_id, r.attempt) for r in body.attempts])
+    # output and notices are kept even after the attempt ended
+    held = logs.ingest(
+        session,
+        {known[key].id: r.logs for r in reports if (key := (r.job_id, r.attempt)) in known},
+        settings.log_keep_bytes,
+    )
     reported: set[tuple[int, int]] = set()
-    for report in body.attempts:
+    for report in reports:
         key = (report.job_id, report.attempt)
         reported.add(key)
         attempt = active.get(key)
         ref = AttemptRef(job_id=report.job_id, attempt=report.attempt)
         ours = known.get(key)
-        if ours is not None:  # output and notices are kept even after the attempt ended
+        if ours is not None:
             _record_notices(session, ours, report.notices)
-            held = logs.ingest(session, ours, report.logs, settings.log_keep_bytes)
-            reply.log_offsets.append(LogOffsets(job_id=key[0], attempt=key[1], **held))
+            ends = held[ours.id]
+            reply.log_offsets.append(LogOffsets(job_id=key[0], attempt=key[1], **ends))
         if report.state == "exited":
             if attempt is not None:
                 _apply_exit(session, attempt, report, settings)
@@ -196,6 +217,7 @@ def heartbeat(
             if attempt.job.cancel_requested or attempt.job.preempt_requested:
                 reply.cancellations.append(ref)
 
+    to_start = []
     for key, attempt in active.items():
         if key in reported:
             continue
@@ -216,15 +238,69 @@ def heartbeat(
                 reason="stopped before it started",
             )
         else:
-            reply.assignments.append(_assignment(session, attempt))
+            to_start.append(attempt)
+    if to_start:
+        accounts = accounts_for(session, {attempt.job.owner for attempt in to_start})
+        reply.assignments = [_assignment(attempt, accounts) for attempt in to_start]
     return reply
+
+
+def _merged(reports: list[AttemptReport]) -> list[AttemptReport]:
+    """One report per attempt, in the order first listed: an attempt listed twice is
+    taken as its last listing says (an exit over a running report), with the notices
+    and output of every listing."""
+    merged: dict[tuple[int, int], AttemptReport] = {}
+    for report in reports:
+        key = (report.job_id, report.attempt)
+        before = merged.get(key)
+        if before is None:
+            merged[key] = report
+            continue
+        last = before if before.state == "exited" and report.state != "exited" else report
+        merged[key] = last.model_copy(
+            update={"notices": before.notices + report.notices, "logs": before.logs + report.logs}
+        )
+    return list(merged.values())
+
+
+def _changes_reservations(
+    active: dict[tuple[int, int], Attempt], reports: list[AttemptReport], settings: Settings
+) -> bool:
+    """Whether applying `reports` may change a reservation or an active attempt's state
+    (the writes a scheduling cycle must not interleave with): an active attempt ends,
+    starts, goes missing, or uses more, or less, than its reservation follows."""
+    by_key = {(r.job_id, r.attempt): r for r in reports}
+    for key, attempt in active.items():
+        stopped = attempt.job.cancel_requested or attempt.job.preempt_requested
+        if key not in by_key and (attempt.state == AttemptState.RUNNING or stopped):
+            return True  # lost, or cancelled before it started (placed ones are re-sent)
+    rules = settings.reservation_rules()
+    for key, report in by_key.items():
+        held = active.get(key)
+        if held is None:
+            continue
+        if report.state == "exited" or held.state != AttemptState.RUNNING:
+            return True
+        for allocation in held.allocations:
+            used = report.peak_mib_by_gpu.get(allocation.gpu.uuid)
+            if (
+                used is not None
+                and followed_reservation(
+                    rules, used_mib=used, reserved_mib=allocation.reserved_mib, steady_s=math.inf
+                )
+                is not None
+            ):
+                return True
+    return False
 
 
 def _update_gpu(
     session: Session, node: Node, gpu: Gpu, state: GpuState, unassigned_mib: int | None
-) -> None:
-    """Take the agent's reading of a GPU; a change of health is an event. What jobs
-    hold on it without being placed there counts as foreign use.
+) -> dict[str, object]:
+    """Take the agent's reading of a GPU, returned as the row's new values for one bulk
+    update of the node's GPUs (and set on `gpu` as they will be stored, for what later
+    reads it in this transaction); a change of health is an event. What jobs hold on
+    it without being placed there counts as foreign use.
 
     Foreign use is what the scheduler takes off the GPU's free memory, so a figure the
     agent could not read counts against the GPU, never for it: use nobody can
@@ -243,21 +319,26 @@ def _update_gpu(
         )
     # readings are taken apart in time: kept within what the GPU can hold
     if state.memory_used_mib is None:
-        gpu.memory_used_mib, gpu.memory_foreign_mib = None, gpu.memory_total_mib
+        used, foreign = None, gpu.memory_total_mib
     else:
-        gpu.memory_used_mib = min(state.memory_used_mib, gpu.memory_total_mib)
-        foreign = sum_known(state.memory_foreign_mib, unassigned_mib)
-        gpu.memory_foreign_mib = min(
-            gpu.memory_used_mib if foreign is None else foreign, gpu.memory_used_mib
-        )
-    gpu.utilization_pct = state.utilization_pct
-    gpu.memory_utilization_pct = state.memory_utilization_pct
-    gpu.temperature_c = state.temperature_c
-    gpu.power_w = state.power_w
-    gpu.mig_enabled = state.mig_enabled
-    gpu.healthy = state.healthy
-    gpu.health_reason = None if state.healthy else state.health_reason
-    gpu.updated_at = utcnow()
+        used = min(state.memory_used_mib, gpu.memory_total_mib)
+        unattributed = sum_known(state.memory_foreign_mib, unassigned_mib)
+        foreign = min(used if unattributed is None else unattributed, used)
+    values: dict[str, object] = {
+        "memory_used_mib": used,
+        "memory_foreign_mib": foreign,
+        "utilization_pct": state.utilization_pct,
+        "memory_utilization_pct": state.memory_utilization_pct,
+        "temperature_c": state.temperature_c,
+        "power_w": state.power_w,
+        "mig_enabled": state.mig_enabled,
+        "healthy": state.healthy,
+        "health_reason": None if state.healthy else state.health_reason,
+        "updated_at": utcnow(),
+    }
+    for name, value in values.items():
+        set_committed_value(gpu, name, value)
+    return {"id": gpu.id, **values}
 
 
 def _record_notices(session: Session, attempt: Attempt, notices: list[Notice]) -> None:
@@ -291,7 +372,11 @@ def _attempts_of(
     }
 
 
-def _active_attempts(session: Session, node_id: int) -> dict[tuple[int, int], Attempt]:
+def _active_attempts(
+    session: Session, node_id: int, fresh: bool = False
+) -> dict[tuple[int, int], Attempt]:
+    """The node's placed and running attempts, by (job, number), with their jobs and
+    allocations; `fresh`: attempts loaded before are read again (after the lock)."""
     query = (
         select(Attempt)
         .where(Attempt.node_id == node_id, Attempt.state.in_(ACTIVE_ATTEMPT_STATES))
@@ -299,6 +384,7 @@ def _active_attempts(session: Session, node_id: int) -> dict[tuple[int, int], At
             selectinload(Attempt.job).selectinload(Job.attempts),
             selectinload(Attempt.allocations).selectinload(Allocation.gpu),
         )
+        .execution_options(populate_existing=fresh)
     )
     return {(a.job_id, a.number): a for a in session.scalars(query)}
 
@@ -322,7 +408,7 @@ def _apply_exit(
     )
 
 
-def _assignment(session: Session, attempt: Attempt) -> Assignment:
+def _assignment(attempt: Attempt, accounts: dict[str, str]) -> Assignment:
     spec = attempt.job.spec
     gpus = sorted((a.gpu for a in attempt.allocations), key=lambda gpu: gpu.index)
     return Assignment(
@@ -332,7 +418,7 @@ def _assignment(session: Session, attempt: Attempt) -> Assignment:
         env=spec.get("env") or {},
         workdir=spec.get("workdir"),
         gpu_uuids=[gpu.uuid for gpu in gpus],
-        account=account_for(session, attempt.job.owner),
+        account=accounts[attempt.job.owner],
         reserved_mib=attempt.reserved_mib,
         reserved_mib_by_gpu={a.gpu.uuid: a.reserved_mib for a in attempt.allocations},
     )
