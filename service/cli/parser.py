@@ -78,17 +78,22 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _server_commands(commands: Any) -> None:
-    """`colloc server`, `colloc db upgrade` and `colloc up`."""
-    server = commands.add_parser("server", help="run the scheduler API and dashboard")
-    server.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    server.add_argument("--port", type=int, default=8000, help="port to listen on")
-    server.add_argument(
+def _listen_options(parser: argparse.ArgumentParser) -> None:
+    """Where the server listens and how much it logs: `colloc server` and `colloc up`."""
+    parser.add_argument("--host", default="127.0.0.1", help="address the server listens on")
+    parser.add_argument("--port", type=int, default=8000, help="port the server listens on")
+    parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
         default="info",
-        help="server log level; debug also logs every request (agents' heartbeats too)",
+        help="the server's log level; debug also logs every request (agents' heartbeats too)",
     )
+
+
+def _server_commands(commands: Any) -> None:
+    """`colloc server`, `colloc db upgrade` and `colloc up`."""
+    server = commands.add_parser("server", help="run the scheduler API and dashboard")
+    _listen_options(server)
     server.add_argument("--db", help="database URL (default: COLLOC_DATABASE_URL or ./colloc.db)")
     server.add_argument("--tls-cert", type=Path, help="serve https: certificate chain (PEM)")
     server.add_argument("--tls-key", type=Path, help="the certificate's private key (PEM)")
@@ -101,19 +106,12 @@ def _server_commands(commands: Any) -> None:
     db_upgrade.set_defaults(run="service.cli.server:run_db_upgrade")
 
     up = commands.add_parser("up", help="scheduler plus simulated agents on this machine")
-    up.add_argument("--host", default="127.0.0.1", help="address the server listens on")
-    up.add_argument("--port", type=int, default=8000, help="port the server listens on")
+    _listen_options(up)
     up.add_argument(
         "--data-dir",
         type=Path,
         default=Path("colloc-data"),
         help="database, tokens, job output (default ./colloc-data)",
-    )
-    up.add_argument(
-        "--log-level",
-        choices=LOG_LEVELS,
-        default="info",
-        help="the server's log level; debug also logs every request",
     )
     # no default: agent.cluster, which holds the packaged file's path, loads the agent's
     # protocol models (pydantic); the handler falls back to that file
