@@ -57,6 +57,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from service.auth import tokens
 from service.db import make_engine, make_sessionmaker, transaction, upgrade, utcnow
+from service.events.models import Event
+from service.nodes.makeup import REGISTERED
 from service.nodes.models import Gpu, Node
 
 HEARTBEAT_S = 5.0
@@ -316,8 +318,9 @@ def stop_server(server: subprocess.Popen[bytes]) -> None:
 
 
 def seed_nodes(database_url: str, count: int) -> tuple[str, list[Agent]]:
-    """`count` ready nodes of 4 GPUs, inserted in bulk, and an admin token; agents speak
-    for their nodes with the admin token (an admin may call every endpoint)."""
+    """`count` ready nodes of 4 GPUs with their registration events, inserted in bulk,
+    and an admin token; agents speak for their nodes with the admin token (an admin may
+    call every endpoint)."""
     engine = make_engine(database_url)
     now = utcnow()
     with transaction(make_sessionmaker(engine)) as session:
@@ -339,6 +342,14 @@ def seed_nodes(database_url: str, count: int) -> tuple[str, list[Agent]]:
                              "memory_foreign_mib": 0, "utilization_pct": 0.0,
                              "healthy": True, "updated_at": now})  # fmt: skip
         session.execute(Gpu.__table__.insert(), gpus)
+        session.execute(  # as registration records it
+            Event.__table__.insert(),
+            [
+                {"at": now, "kind": REGISTERED, "node_id": agent.node_id,
+                 "message": f"node {agent.name} registered with 4 GPU(s)", "data": {}}
+                for agent in agents
+            ],
+        )  # fmt: skip
     engine.dispose()
     return admin_token, agents
 
