@@ -13,6 +13,7 @@ from sqlalchemy import text
 from service import api_docs
 from service.admin.router import router as admin_router
 from service.auth.router import router as accounts_router
+from service.auth.router import tokens_router
 from service.body_limit import BodyLimit
 from service.cluster.router import router as cluster_router
 from service.config import Settings
@@ -89,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         cluster_router,
         admin_router,
         accounts_router,
+        tokens_router,
         estimates_router,
     ):
         app.include_router(router, prefix="/v1", responses=ERROR_RESPONSES)

@@ -80,6 +80,96 @@ def cancel(*, session: Session, job: Job) -> Job:
     return job
 
 
+def time_limit_for(settings: Settings, queue: str, asked_s: int | None) -> int | None:
+    """A new job's time limit: what its spec asks, else its queue's default; more than
+    its queue's maximum is refused."""
+    limit = asked_s or settings.default_time_limit_s(queue)
+    most = settings.max_time_limit_s(queue)
+    if most is not None and (limit is None or limit > most):
+        if asked_s is None:
+            return most  # no default for the queue: its maximum is the limit
+        raise ApiError(
+            422,
+            "time_limit_too_long",
+            f"time limit {limit} s is above {most} s, the most in queue {queue!r} "
+            "(COLLOC_QUEUE_MAX_TIME_LIMIT_S)",
+            {"time_limit": limit, "max_time_limit": most, "queue": queue},
+        )
+    return limit
+
+
+def hold(*, session: Session, job: Job, by: str) -> Job:
+    """Keep a pending job from being scheduled until it is released."""
+    if job.state != JobState.PENDING:
+        raise ApiError(
+            409, "not_pending", f"job {job.id} is {job.state}: only a pending job is held"
+        )
+    if not job.held:
+        job.held = True
+        job.reason = f"held by {by}"
+        job.updated_at = utcnow()
+        record(session=session, kind="job.held", job_id=job.id, message=job.reason)
+    return job
+
+
+def release(*, session: Session, job: Job, by: str) -> Job:
+    """Let a held job be scheduled again."""
+    if job.held:
+        job.held = False
+        job.reason = f"released by {by}"
+        job.updated_at = utcnow()
+        record(session=session, kind="job.released", job_id=job.id, message=job.reason)
+    return job
+
+
+def requeue(*, session: Session, job: Job, why: str) -> Job:
+    """Stop a placed or running job's attempt and let the job wait again: the
+    preemption path (its agent is told to stop it; it ends `preempted`, not counted
+    against the job's attempts)."""
+    if job.state not in (JobState.PLACED, JobState.RUNNING):
+        raise ApiError(
+            409,
+            "not_active",
+            f"job {job.id} is {job.state}: only a placed or running job is requeued",
+        )
+    if not job.preempt_requested:
+        job.preempt_requested = True
+        job.updated_at = utcnow()
+        record(session=session, kind="job.requeue_requested", job_id=job.id, message=why)
+    return job
+
+
+def stop_overdue(*, session: Session, now: datetime) -> list[int]:
+    """Tell the agents of attempts running past their job's time limit to stop them
+    (through cancellation; the attempt then ends `timeout`). Returns the jobs stopped."""
+    rows = session.execute(
+        select(Attempt, Job)
+        .join(Job, Job.id == Attempt.job_id)
+        .where(
+            Attempt.state == AttemptState.RUNNING,
+            Job.time_limit_s.is_not(None),
+            Job.timed_out.is_(False),
+        )
+    ).all()
+    stopped = []
+    for attempt, job in rows:
+        assert job.time_limit_s is not None and attempt.started_at is not None
+        if now - attempt.started_at < timedelta(seconds=job.time_limit_s):
+            continue
+        job.timed_out = job.cancel_requested = True
+        job.updated_at = now
+        record(
+            session=session,
+            kind="job.time_limit",
+            job_id=job.id,
+            node_id=attempt.node_id,
+            message=f"attempt {attempt.number} ran past its time limit of "
+            f"{job.time_limit_s} s: its agent is told to stop it",
+        )
+        stopped.append(job.id)
+    return stopped
+
+
 def preempt(*, session: Session, job: Job, for_job: int) -> None:
     """Ask the agent to stop `job` so that `for_job` can have its GPUs; it waits again."""
     if job.preempt_requested or job.state not in (JobState.PLACED, JobState.RUNNING):
@@ -178,7 +268,10 @@ def end_attempt(
         return
     job = attempt.job
     outcome = ended_as(
-        outcome, preempt_requested=job.preempt_requested, cancel_requested=job.cancel_requested
+        outcome,
+        preempt_requested=job.preempt_requested,
+        cancel_requested=job.cancel_requested,
+        timed_out=job.timed_out,
     )
     now = utcnow()
     peaks = observations.store(

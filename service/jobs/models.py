@@ -60,6 +60,12 @@ class Job(Base):
     # job waits again, without spending its attempt budget
     preempt_requested: Mapped[bool] = mapped_column(default=False, server_default=false())
     not_before: Mapped[datetime | None] = mapped_column(UtcDateTime())  # OOM back-off
+    # a held job stays pending but is not scheduled until released
+    held: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # seconds an attempt may run (the spec's or its queue's default); None: no limit
+    time_limit_s: Mapped[int | None]
+    # set when the server stopped its attempt at the time limit: it ends `timeout`
+    timed_out: Mapped[bool] = mapped_column(default=False, server_default=false())
     idempotency_key: Mapped[str | None] = mapped_column(String(128))
     exit_code: Mapped[int | None]
     reason: Mapped[str | None] = mapped_column(Text)

@@ -1,4 +1,4 @@
-"""`/v1/jobs`: submit, list, show and cancel jobs."""
+"""`/v1/jobs`: submit, list, show, cancel, hold, release and requeue jobs."""
 
 from __future__ import annotations
 
@@ -116,6 +116,34 @@ def get_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
 def cancel_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
     """Cancel a pending job, or ask the agent to stop a placed or running one."""
     job = lifecycle.cancel(session=session, job=_visible_job(session, job_id, caller))
+    session.commit()
+    return JobRead.model_validate(job)
+
+
+@router.post("/{job_id}/hold", response_model=JobRead)
+def hold_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
+    """Keep a pending job from being scheduled until it is released (its owner or an
+    admin)."""
+    job = lifecycle.hold(session=session, job=_visible_job(session, job_id, caller), by=caller.name)
+    session.commit()
+    return JobRead.model_validate(job)
+
+
+@router.post("/{job_id}/release", response_model=JobRead)
+def release_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
+    """Let a held job be scheduled again (its owner or an admin)."""
+    job = _visible_job(session, job_id, caller)
+    lifecycle.release(session=session, job=job, by=caller.name)
+    session.commit()
+    return JobRead.model_validate(job)
+
+
+@router.post("/{job_id}/requeue", response_model=JobRead)
+def requeue_job(job_id: JobId, session: SessionDep, caller: UserDep) -> JobRead:
+    """Stop a placed or running job's attempt and let the job wait again (its owner or
+    an admin); the stopped attempt ends `preempted` and does not count as a try."""
+    job = _visible_job(session, job_id, caller)
+    lifecycle.requeue(session=session, job=job, why=f"requeued by {caller.name}")
     session.commit()
     return JobRead.model_validate(job)
 

@@ -10,7 +10,7 @@ from pydantic import AliasPath, BaseModel, ConfigDict, Field, StringConstraints,
 
 from estimator.estimate import Estimate
 from estimator.spec import TrainingSpec
-from service.config import JOB_PRIORITY_RANGE
+from service.config import JOB_PRIORITY_RANGE, TimeLimitS
 from service.scheduler.states import AttemptState, JobState
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")]
@@ -40,6 +40,7 @@ class JobCreate(BaseModel):
     workdir: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
     training: TrainingSpec | None = None  # what the estimator reads
     preemptible: bool = False  # may be stopped (and requeued) for higher-priority jobs
+    time_limit: TimeLimitS | None = None  # seconds an attempt may run (or "1h30m")
 
 
 class JobPriority(BaseModel):
@@ -114,6 +115,8 @@ class JobRead(BaseModel):
     max_attempts: int
     preemptible: bool = Field(default=False, validation_alias=_spec("preemptible"))
     cancel_requested: bool
+    held: bool
+    time_limit_s: int | None
     not_before: datetime | None
     exit_code: int | None
     reason: str | None

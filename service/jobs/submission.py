@@ -19,6 +19,7 @@ from service.config import Settings
 from service.db import utcnow
 from service.errors import ApiError
 from service.events.service import record
+from service.jobs.lifecycle import time_limit_for
 from service.jobs.models import Job, JobEstimate
 from service.jobs.schemas import JobCreate
 from service.nodes.makeup import cluster_gpus
@@ -149,6 +150,7 @@ def create(
     """
     if not admin:
         check_priority(settings, job_in.queue, job_in.priority)
+    time_limit_s = time_limit_for(settings, job_in.queue, job_in.time_limit)
     spec = job_in.model_dump(mode="json")
     if idempotency_key is not None:
         existing = session.scalar(
@@ -203,6 +205,7 @@ def create(
         max_attempts=job_in.max_attempts or settings.default_max_attempts,
         cancel_requested=False,
         preempt_requested=False,
+        time_limit_s=time_limit_s,
         idempotency_key=idempotency_key,
         created_at=now,
         updated_at=now,

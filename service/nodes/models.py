@@ -16,6 +16,11 @@ class Node(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     state: Mapped[str] = mapped_column(String(16))  # ready | lost
+    # an admin's say (service/nodes/admin.py): active | cordoned | draining; only an
+    # active node gets new placements
+    admin_state: Mapped[str] = mapped_column(String(16), default="active", server_default="active")
+    # a draining node's running jobs are requeued once this passes (None: they finish)
+    drain_deadline: Mapped[datetime | None] = mapped_column(UtcDateTime())
     agent_version: Mapped[str] = mapped_column(String(64))
     registered_at: Mapped[datetime] = mapped_column(UtcDateTime())
     last_heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime())

@@ -54,14 +54,21 @@ def retry_backoff_s(rules: ReservationRules, failures: int) -> float:
 
 
 def ended_as(
-    outcome: AttemptState, *, preempt_requested: bool, cancel_requested: bool
+    outcome: AttemptState,
+    *,
+    preempt_requested: bool,
+    cancel_requested: bool,
+    timed_out: bool = False,
 ) -> AttemptState:
     """How an attempt ended: one that was asked to stop and did not succeed ended
-    preempted (the scheduler asked) or cancelled (its user asked)."""
+    preempted (the scheduler or an admin's requeue asked), timeout (it ran past its time
+    limit) or cancelled (its user asked)."""
     if outcome == AttemptState.SUCCEEDED:
         return outcome
     if preempt_requested:
         return AttemptState.PREEMPTED
+    if timed_out:
+        return AttemptState.TIMEOUT
     if cancel_requested:
         return AttemptState.CANCELLED
     return outcome

@@ -15,6 +15,7 @@ class JobState(StrEnum):
     OOM = "oom"
     CANCELLED = "cancelled"
     LOST = "lost"
+    TIMEOUT = "timeout"  # ran past its time limit; not retried
 
 
 class AttemptState(StrEnum):
@@ -25,6 +26,7 @@ class AttemptState(StrEnum):
     OOM = "oom"
     CANCELLED = "cancelled"
     LOST = "lost"
+    TIMEOUT = "timeout"  # stopped by the server at its job's time limit
     PREEMPTED = "preempted"  # stopped for a higher-priority job; the job waits again
 
 
@@ -35,6 +37,7 @@ FINAL_JOB_STATES = (
     JobState.OOM,
     JobState.CANCELLED,
     JobState.LOST,
+    JobState.TIMEOUT,
 )
 # attempts that failed for want of memory or of their node: the job may try again
 RETRIED_ATTEMPT_STATES = (AttemptState.OOM, AttemptState.LOST)

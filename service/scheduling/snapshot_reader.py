@@ -257,15 +257,20 @@ def read_snapshot(
     from one statement, so a node registering meanwhile is seen whole or not at all.
     One job never stops the reading for the others."""
     rows = session.execute(
-        select(Node.id, Node.name, Node.state, *GPU_COLUMNS)
+        select(Node.id, Node.name, Node.state, Node.admin_state, *GPU_COLUMNS)
         .outerjoin(Gpu, Gpu.node_id == Node.id)
         .order_by(Node.id, Gpu.id)
     ).all()
-    nodes = {row.id: NodeView(row.id, row.name, row.state == "ready") for row in rows}
+    nodes = {  # a cordoned or draining node takes no new placements
+        row.id: NodeView(row.id, row.name, row.state == "ready" and row.admin_state == "active")
+        for row in rows
+    }
     held = held_now(session)
     gpus = {row.gpu_id: gpu_view(row, held) for row in rows if row.gpu_id is not None}
     waiting = session.execute(
-        select(*_WAITING).where(Job.state == JobState.PENDING).order_by(Job.id)
+        select(*_WAITING)
+        .where(Job.state == JobState.PENDING, Job.held.is_(False))  # held: until released
+        .order_by(Job.id)
     ).all()
     stored = _stored_estimates(session)
     attempts = _attempt_counts(session)

@@ -26,11 +26,17 @@ MATRIX: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/jobs/{job_id}/cancel"): USERS,
     ("GET", "/v1/jobs/{job_id}/explain"): USERS,
     ("GET", "/v1/jobs/{job_id}/logs"): USERS,
+    ("POST", "/v1/jobs/{job_id}/hold"): USERS,
+    ("POST", "/v1/jobs/{job_id}/release"): USERS,
+    ("POST", "/v1/jobs/{job_id}/requeue"): USERS,
     ("POST", "/v1/jobs/{job_id}/priority"): ADMINS,
     ("POST", "/v1/jobs/{job_id}/trust"): ADMINS,
     ("POST", "/v1/estimate"): USERS,
     ("POST", "/v1/nodes/register"): AGENTS,
     ("POST", "/v1/nodes/{node_id}/heartbeat"): AGENTS,
+    ("POST", "/v1/nodes/{name}/cordon"): ADMINS,
+    ("POST", "/v1/nodes/{name}/drain"): ADMINS,
+    ("POST", "/v1/nodes/{name}/resume"): ADMINS,
     ("GET", "/v1/cluster"): USERS,
     ("GET", "/v1/admin/cluster"): ADMINS,
     ("GET", "/v1/admin/jobs"): ADMINS,
@@ -42,6 +48,9 @@ MATRIX: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/admin/accounts"): ADMINS,
     ("PUT", "/v1/admin/accounts/{name}"): ADMINS,
     ("DELETE", "/v1/admin/accounts/{name}"): ADMINS,
+    ("GET", "/v1/admin/tokens"): ADMINS,
+    ("POST", "/v1/admin/tokens"): ADMINS,
+    ("DELETE", "/v1/admin/tokens/{token_id}"): ADMINS,
     ("GET", "/metrics"): ADMINS,
     ("GET", "/healthz"): ANYONE,
 }
@@ -76,7 +85,7 @@ def test_every_operation_refuses_the_roles_it_must(
     }
     assert operations == set(MATRIX), "classify every new endpoint in MATRIX"
     for (method, template), allowed in MATRIX.items():
-        path = template.format(job_id=job, node_id=node, name="ana")
+        path = template.format(job_id=job, node_id=node, name="ana", token_id=999_999)
         for role in ANYONE:
             status = call(client, method, path, tokens.get(role))
             if role in allowed:

@@ -118,9 +118,19 @@ def test_health_dashboard_and_openapi(client: TestClient) -> None:
     assert script.headers["content-type"].startswith("text/javascript")
     lists = json.loads(script.text.removeprefix("const STATES = Object.freeze(").strip()[:-2])
     assert lists == {
-        "job": ["pending", "placed", "running", "succeeded", "failed", "oom", "cancelled", "lost"],
-        "jobEnded": ["succeeded", "failed", "oom", "cancelled", "lost"],
-        "attemptEnded": ["succeeded", "failed", "oom", "cancelled", "lost", "preempted"],
+        "job": [
+            "pending",
+            "placed",
+            "running",
+            "succeeded",
+            "failed",
+            "oom",
+            "cancelled",
+            "lost",
+            "timeout",
+        ],
+        "jobEnded": ["succeeded", "failed", "oom", "cancelled", "lost", "timeout"],
+        "attemptEnded": ["succeeded", "failed", "oom", "cancelled", "lost", "timeout", "preempted"],
     }
     for asset in assets:
         response = client.get(asset)
