@@ -29,8 +29,8 @@ PROBE_SLOTS = 2
 CONNECTIONS_PER_REQUEST = 2
 # The scheduler loop, the estimator refit thread and the usage sampler each hold one.
 BACKGROUND_CONNECTIONS = 3
-# Seconds a refused client waits: requests take tens of milliseconds (bench/load.py),
-# so slots free up well within one.
+# Seconds a refused client waits: the least whole number HTTP's Retry-After allows, as a
+# slot frees whenever any running request ends (the same as the database-down 503's).
 RETRY_AFTER_S = 1
 
 
