@@ -15,6 +15,7 @@ from typing import Any
 
 from service.auth.roles import ROLES
 from service.cli.output import add_output_option, add_watch_option
+from service.durations import MAX_DURATION_S, parse_duration_s
 from service.ids import MAX_ID
 from service.scheduler.states import JobState
 
@@ -23,13 +24,13 @@ LOG_LEVELS = ("critical", "error", "warning", "info", "debug")  # uvicorn's name
 JOB_STATES = tuple(JobState)
 
 
-def connection_options() -> argparse.ArgumentParser:
+def connection_options(*, server_default: str | None = DEFAULT_SERVER) -> argparse.ArgumentParser:
     """--server, --token and --ca-file, from COLLOC_SERVER, COLLOC_TOKEN and COLLOC_CA_FILE."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--server",
-        default=os.environ.get("COLLOC_SERVER", DEFAULT_SERVER),
-        help=f"the scheduler's URL (default: COLLOC_SERVER or {DEFAULT_SERVER})",
+        default=os.environ.get("COLLOC_SERVER", server_default),
+        help=f"the scheduler's URL (default: COLLOC_SERVER or {server_default or 'none'})",
     )
     common.add_argument(
         "--token",
@@ -198,17 +199,65 @@ def _admin_commands(commands: Any, common: argparse.ArgumentParser) -> None:
     trust.set_defaults(run="service.cli.priority:run_trust")
 
 
+def _duration(text: str) -> int:
+    """`--deadline 10m`: seconds, or numbers with d, h, m, s."""
+    try:
+        seconds = parse_duration_s(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    assert isinstance(seconds, int)
+    if not 1 <= seconds <= MAX_DURATION_S:
+        raise argparse.ArgumentTypeError(f"must be between 1 s and {MAX_DURATION_S} s")
+    return seconds
+
+
+def _control_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    """`colloc hold | release | requeue` and `colloc node cordon | drain | resume`."""
+    helps = {
+        "hold": "keep pending jobs from being scheduled until released (owner or admin)",
+        "release": "let held jobs be scheduled again (owner or admin)",
+        "requeue": "stop placed or running jobs' attempts; they wait again (owner or admin)",
+    }
+    for control, text in helps.items():
+        job = commands.add_parser(control, parents=[common], help=text)
+        job.add_argument("ids", nargs="+", type=job_id, metavar="ID", help="job IDs")
+        job.set_defaults(run="service.cli.controls:run_job_control", control=control)
+
+    node = commands.add_parser("node", help="cordon, drain or resume a node (admins)")
+    actions = node.add_subparsers(dest="node_command", required=True, metavar="ACTION")
+    cordon = actions.add_parser("cordon", parents=[common], help="no new jobs on it")
+    drain = actions.add_parser(
+        "drain", parents=[common], help="no new jobs on it; running ones finish (or --deadline)"
+    )
+    drain.add_argument(
+        "--deadline",
+        type=_duration,
+        help="requeue the jobs still running after this long (10m, 1h30m, seconds)",
+    )
+    resume = actions.add_parser("resume", parents=[common], help="new jobs on it again")
+    for action in (cordon, drain, resume):
+        action.add_argument("name", help="the node's name (see colloc nodes)")
+        action.set_defaults(run="service.cli.controls:run_node_control")
+
+
 def _token_commands(commands: Any) -> None:
     """`colloc token create|list|revoke` and `colloc account set|unset|list`."""
     token = commands.add_parser("token", help="create, list and revoke API tokens")
     actions = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
-    create = actions.add_parser("create", help="make a token; its last output line is the token")
+    # through the API when a server is named (an admin token), else on the database
+    # (--db): how the first admin token comes to be
+    common = connection_options(server_default=None)
+    create = actions.add_parser(
+        "create", parents=[common], help="make a token; its last output line is the token"
+    )
     create.add_argument("--role", required=True, choices=ROLES, help="what the token may do")
     create.add_argument("--name", required=True, help="user name, or the node an agent serves")
     create.set_defaults(run="service.cli.tokens:run_create")
-    listing = actions.add_parser("list", help="every token (hashes are never shown)")
+    listing = actions.add_parser(
+        "list", parents=[common], help="every token (hashes are never shown)"
+    )
     listing.set_defaults(run="service.cli.tokens:run_list")
-    revoke = actions.add_parser("revoke", help="revoke a token by id")
+    revoke = actions.add_parser("revoke", parents=[common], help="revoke a token by id")
     revoke.add_argument("id", type=int, help="the token's ID (see token list)")
     revoke.set_defaults(run="service.cli.tokens:run_revoke")
     account = commands.add_parser(
@@ -270,6 +319,7 @@ def add_commands(commands: Any) -> None:
     _job_commands(commands, common)
     _view_commands(commands, common)
     _admin_commands(commands, common)
+    _control_commands(commands, common)
     _token_commands(commands)
     _simulate_command(commands)
 

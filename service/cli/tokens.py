@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from sqlalchemy.orm import Session
 
 from service.auth import accounts, tokens
+from service.cli.client import request
 from service.cli.errors import CliError
 from service.cli.output import print_table
 from service.cli.server import database_errors, settings_for
@@ -35,28 +36,59 @@ def _database(args: argparse.Namespace) -> Iterator[Session]:
             raise CliError(exc.message, 2) from exc
 
 
+def _through_server(args: argparse.Namespace) -> bool:
+    """Whether to manage tokens through the API (a server named) or the database."""
+    if args.server and args.db:
+        raise CliError("name a server (--server, COLLOC_SERVER) or a database (--db), not both", 2)
+    return bool(args.server)
+
+
+def _minute(at: str | None) -> str:
+    """An API time (ISO 8601) as the listing shows it."""
+    return at[:16].replace("T", " ") if at else ""
+
+
 def run_create(args: argparse.Namespace) -> int:
-    with _database(args) as session:
-        token, raw = tokens.create(session, role=args.role, name=args.name)
-        summary = f"created {token.role} token {token.id} for {token.name!r}"
-    print(f"{summary}; it is shown this once, keep it secret:")
+    if _through_server(args):
+        made = request(
+            args, "POST", "/v1/admin/tokens", json={"role": args.role, "name": args.name}
+        )
+        token_id, role, name, raw = made["id"], made["role"], made["name"], made["token"]
+    else:
+        with _database(args) as session:
+            token, raw = tokens.create(session, role=args.role, name=args.name)
+            token_id, role, name = token.id, token.role, token.name
+    print(f"created {role} token {token_id} for {name!r}; it is shown this once, keep it secret:")
     print(raw)
     return 0
 
 
 def run_list(args: argparse.Namespace) -> int:
-    with _database(args) as session:
+    if _through_server(args):
         rows = [
             (
-                str(t.id),
-                t.name,
-                t.role,
-                t.prefix + "...",
-                t.created_at.strftime("%Y-%m-%d %H:%M"),
-                t.revoked_at.strftime("%Y-%m-%d %H:%M") if t.revoked_at else "",
+                str(t["id"]),
+                t["name"],
+                t["role"],
+                t["prefix"] + "...",
+                _minute(t["created_at"]),
+                _minute(t["revoked_at"]),
             )
-            for t in tokens.list_tokens(session)
+            for t in request(args, "GET", "/v1/admin/tokens")
         ]
+    else:
+        with _database(args) as session:
+            rows = [
+                (
+                    str(t.id),
+                    t.name,
+                    t.role,
+                    t.prefix + "...",
+                    t.created_at.strftime("%Y-%m-%d %H:%M"),
+                    t.revoked_at.strftime("%Y-%m-%d %H:%M") if t.revoked_at else "",
+                )
+                for t in tokens.list_tokens(session)
+            ]
     print_table(("ID", "NAME", "ROLE", "TOKEN", "CREATED", "REVOKED"), rows)
     return 0
 
@@ -64,9 +96,14 @@ def run_list(args: argparse.Namespace) -> int:
 def run_revoke(args: argparse.Namespace) -> int:
     if not 1 <= args.id <= MAX_ID:
         raise CliError(f"no token has id {args.id}", 2)
-    with _database(args) as session:
-        token = tokens.revoke(session, args.id)
-        print(f"revoked {token.role} token {token.id} for {token.name!r}")
+    if _through_server(args):
+        token = request(args, "DELETE", f"/v1/admin/tokens/{args.id}")
+        role, name = token["role"], token["name"]
+    else:
+        with _database(args) as session:
+            revoked = tokens.revoke(session, args.id)
+            role, name = revoked.role, revoked.name
+    print(f"revoked {role} token {args.id} for {name!r}")
     return 0
 
 
