@@ -57,4 +57,4 @@ test-catalog: $(CATALOG_STAMP)
 		tests/estimator/test_catalog_build.py tests/estimator/test_trace.py
 
 clean:
-	rm -rf $(VENV) $(CATALOG_VENV) colloc-data .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(CATALOG_VENV) colloc-data .pytest_cache .mypy_cache .ruff_cache .import_linter_cache
