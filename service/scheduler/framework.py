@@ -55,9 +55,22 @@ class SchedulerConfig:
     headroom_mib: int = 256
     max_jobs_per_gpu: int = 4
     max_utilization_pct: float = 90.0
-    # GPUs (or, for gang jobs, nodes) looked at per model and job: the "limit" stage
-    # (Nomad's LimitIterator; Kubernetes' percentageOfNodesToScore)
+    # GPUs (gang jobs: nodes) scored per model and job, from each end of the model's
+    # GPUs with room for it, found feasible before any is scored: the "limit" stage.
+    # Nomad's LimitIterator stops at 2 feasible nodes for service jobs (scheduler/
+    # stack.go; ceil(log2(nodes)) for batch); kube-scheduler stops filtering once it has
+    # found max(100 nodes, percentageOfNodesToScore) feasible ones, 50% - nodes/125
+    # (at least 5%) by default (kubernetes.io, "Scheduler Performance Tuning"). Both
+    # trade the best-scoring node for a cycle that does not grow with the cluster; here
+    # the index already orders GPUs by room, so the few at each end are binpack's and
+    # spread's best.
     candidates_per_model: int = 2
+    # Jobs sent through the search per cycle (answers already known this cycle, or
+    # parked, cost nothing and do not count); the rest, in queue order, wait for the
+    # next cycle. Slurm bounds its scheduling passes alike (SchedulerParameters
+    # default_queue_depth, 100 jobs per event-triggered pass; bf_max_job_test for
+    # backfill; slurm.schedmd.com/sched_config.html). None: no bound.
+    max_attempts_per_cycle: int | None = None
     backfill: bool = True
     preemption: bool = False
     quotas: Quotas = Quotas()

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from service.scheduler.framework import (
@@ -42,6 +42,7 @@ from service.scheduler.framework import (
 from service.scheduler.plugins import BUILT_IN, gib
 from service.scheduler.snapshot import (
     GpuView,
+    Parked,
     PendingJob,
     Placement,
     Plan,
@@ -58,6 +59,16 @@ def _without(gpu: GpuView, mib: int, jobs: int) -> GpuView:
         used_mib=max(0, gpu.used_mib - mib),
         jobs=gpu.jobs - jobs,
     )
+
+
+_HELD = "the GPUs that would fit are held for job(s)"
+_REFUSED = "the GPUs with room for it refuse it"
+
+
+def _parks(reason: str) -> bool:
+    """Whether a job refused for `reason` waits for room alone, not for GPUs held for
+    others or refused by a filter that reads the whole cycle: only room frees it."""
+    return not reason.startswith(_HELD) and _REFUSED not in reason
 
 
 def _shape(job: PendingJob) -> tuple[object, ...]:
@@ -124,6 +135,17 @@ def _prepared(plugin: P, snapshot: Snapshot, ctx: Context) -> P:
 
 
 @dataclass
+class _Search:
+    """What `_State.search` found for a job: the GPUs it may take (none scored yet), the
+    jobs that GPUs it could take are held for, and the first reason a filter refused
+    one with room for it."""
+
+    pool: list[GpuView] = field(default_factory=list)
+    held_for: set[int] = field(default_factory=set)
+    refusal: str | None = None
+
+
+@dataclass
 class _Usage:
     gpus: int = 0
     memory_mib: int = 0
@@ -138,7 +160,6 @@ class _State:
         self.headroom = ctx.config.headroom_mib
         self.gpus = {gpu.id: gpu for gpu in snapshot.gpus}
         self.held: dict[int, int] = {}  # gpu id -> job it is held for
-        self.left_out_held = False  # whether the last `candidates` call left held GPUs out
         self.index: dict[str, list[tuple[int, int]]] = {}
         self.idle: dict[str, list[tuple[int, int]]] = {}  # the index's idle GPUs
         for gpu in self.gpus.values():
@@ -195,17 +216,18 @@ class _State:
                 )
         return None
 
-    def candidates(self, job: PendingJob, include_held: bool = False) -> list[GpuView]:
-        """GPUs worth filtering for `job`, per allowed model: of those with room for it, the
-        few with the least and the most room; for gang jobs, the GPUs of the first few
-        nodes with enough of them (all that fit, for jobs that may span nodes)."""
+    def search(self, job: PendingJob) -> _Search:
+        """The GPUs `job` may take now, each through every filter before any is scored,
+        per allowed model from the index (GPUs with room for it): for one GPU, of the few
+        with the least room and the few with the most; for a gang, those of the first few
+        nodes with enough GPUs that pass (all, for jobs that may span nodes or take GPUs
+        whole). A GPU held for a job ahead, or refused by a filter, is left out and noted."""
         k = self.ctx.config.candidates_per_model
         memory_filter = self.pipeline.memory
         allowed = self.pipeline.allowed_models(job)
-        models = self.index.keys() if allowed is None else allowed
-        chosen: list[int] = []
-        self.left_out_held = False
-        for model in models:
+        found = _Search()
+        walks: list[Iterable[int]] = []
+        for model in self.index.keys() if allowed is None else allowed:
             entries = self.index.get(model, [])
             if not entries or job.demand_for(model) is None:  # nothing to reserve there
                 continue
@@ -216,44 +238,65 @@ class _State:
                     continue
                 entries = self.idle.get(model, []) if bound.idle else entries
                 start = bisect.bisect_left(entries, (bound.free_mib, -1))
-            if job.exclusive:  # it takes its GPUs whole: the most room first
-                ids = [g for _f, g in reversed(entries[start:])]
-                ids = ids if job.gpus > 1 else ids[: 2 * k]
+            if job.gpus == 1:
+                found.pool.extend(self._ends(job, entries, start, k, found))
+            elif job.exclusive:  # it takes its GPUs whole: the most room first
+                walks.append(gpu_id for _free, gpu_id in reversed(entries[start:]))
             else:
-                if job.gpus > 1:
-                    ids = (
-                        [g for _f, g in entries[start:]]
-                        if job.multi_node
-                        else (self._first_nodes(entries, start, job.gpus, k, include_held))
-                    )
-                else:
-                    ends = entries[start : start + k] + entries[max(start + k, len(entries) - k) :]
-                    ids = [gpu_id for _free, gpu_id in ends]
-            chosen.extend(ids)
-        kept = chosen if include_held else [g for g in chosen if g not in self.held]
-        self.left_out_held = self.left_out_held or len(kept) < len(chosen)
-        return [self.gpus[g] for g in kept]
+                walks.append(gpu_id for _free, gpu_id in itertools.islice(entries, start, None))
+        if job.gpus > 1:
+            nodes = None if job.multi_node or job.exclusive else k
+            found.pool = self._first_nodes(job, itertools.chain(*walks), nodes, found)
+        return found
+
+    def _feasible(self, job: PendingJob, gpu_id: int, found: _Search) -> GpuView | None:
+        """The GPU if `job` may take it (it has room by the index's construction); else
+        None, noting a hold or the first refusal."""
+        gpu = self.gpus[gpu_id]
+        if gpu_id in self.held:
+            if self.pipeline.passes_rest(job, gpu):
+                found.held_for.add(self.held[gpu_id])
+            return None
+        for check in self.pipeline.rest:
+            if not (status := check.check(job, gpu, self.ctx)).ok:
+                found.refusal = found.refusal or status.reason
+                return None
+        return gpu
+
+    def _ends(
+        self, job: PendingJob, entries: list[tuple[int, int]], start: int, k: int, found: _Search
+    ) -> list[GpuView]:
+        """Of `entries[start:]`, the `k` GPUs with the least room and the `k` with the most
+        (a job that takes a GPU whole: the `2k` with the most), those `job` may take."""
+        if job.exclusive:
+            ends = entries[max(start, len(entries) - 2 * k) :][::-1]
+        else:
+            ends = entries[start : start + k] + entries[max(start + k, len(entries) - k) :]
+        return [gpu for _free, gpu_id in ends if (gpu := self._feasible(job, gpu_id, found))]
 
     def _first_nodes(
-        self, entries: list[tuple[int, int]], start: int, gpus: int, nodes: int, include_held: bool
-    ) -> list[int]:
-        """GPUs from `entries[start:]` of the first `nodes` nodes that have `gpus` of them
-        (all of them when no node has enough, to say how close it came)."""
-        per_node: dict[int, list[int]] = {}
+        self, job: PendingJob, ids: Iterable[int], nodes: int | None, found: _Search
+    ) -> list[GpuView]:
+        """The GPUs of `ids` that `job` may take on the first `nodes` nodes with `job.gpus`
+        of them (all nodes: None); when no node has enough, all of them found, for how
+        close it came."""
+        per_node: dict[int, list[GpuView]] = {}
         full: list[int] = []
-        for _free, gpu_id in itertools.islice(entries, start, None):
-            if not include_held and gpu_id in self.held:
-                self.left_out_held = True
+        for gpu_id in ids:
+            if (gpu := self._feasible(job, gpu_id, found)) is None:
                 continue
-            node = self.gpus[gpu_id].node_id
-            per_node.setdefault(node, []).append(gpu_id)
-            if len(per_node[node]) == gpus:
-                full.append(node)
-                if len(full) >= nodes:
+            per_node.setdefault(gpu.node_id, []).append(gpu)
+            if len(per_node[gpu.node_id]) == job.gpus:
+                full.append(gpu.node_id)
+                if nodes is not None and len(full) >= nodes:
                     break
-        if not full:
-            return [g for ids in per_node.values() for g in ids]
+        if not full or nodes is None:
+            return [g for gpus in per_node.values() for g in gpus]
         return [g for node in full for g in per_node[node]]
+
+    def room(self, gpu: GpuView) -> tuple[int, int, bool]:
+        """What `Parked` records of a GPU: free MiB, jobs, whether it is indexable."""
+        return gpu.free_mib(self.headroom), gpu.jobs, self._indexable(gpu)
 
     def largest_free(self, job: PendingJob) -> int:
         models = job.gpu_models if job.gpu_models is not None else self.index.keys()
@@ -322,9 +365,11 @@ class Scheduler:
 
     def _choose(self, job: PendingJob, state: _State) -> Placement | str:
         pipeline = state.pipeline
-        candidates = state.candidates(job)
-        pool = [gpu for gpu in candidates if pipeline.passes_rest(job, gpu)]
-        if job.gpus == 1 and pool:  # the common case, without grouping by node
+        found = state.search(job)
+        pool = found.pool
+        if job.gpus == 1:
+            if not pool:
+                return self._why_not(job, state, found, 0)
             score, gpu = min(
                 zip(pipeline.scores(job, pool), pool, strict=True),
                 key=lambda pair: (-pair[0], pair[1].node_id, pair[1].id),
@@ -332,6 +377,12 @@ class Scheduler:
             return Placement(
                 job.id, gpu.node_id, (gpu.id,), (self._reserved(job, gpu),), round(score, 2)
             )
+        per_node: dict[int, int] = {}
+        for gpu in pool:
+            per_node[gpu.node_id] = per_node.get(gpu.node_id, 0) + 1
+        most = max(per_node.values(), default=0)
+        if most < job.gpus and not (job.multi_node and len(pool) >= job.gpus):
+            return self._why_not(job, state, found, most)  # nothing scored in vain
         scored = sorted(
             zip(pipeline.scores(job, pool), pool, strict=True),
             key=lambda pair: (-pair[0], pair[1].id),
@@ -346,11 +397,9 @@ class Scheduler:
                 mean = sum(score for score, _g in chosen) / job.gpus
                 if best is None or (-mean, node_id) < (-best[0], best[1]):
                     best = (mean, node_id, chosen)
-        if best is None and job.multi_node and len(scored) >= job.gpus:
+        if best is None:  # a job that may span nodes, with no node enough alone
             chosen = scored[: job.gpus]
             best = (sum(s for s, _g in chosen) / job.gpus, chosen[0][1].node_id, chosen)
-        if best is None:
-            return self._why_not(job, state, by_node, candidates)
         gpus = sorted((g for _s, g in best[2]), key=lambda g: (g.node_id, g.index))
         return Placement(
             job.id,
@@ -360,39 +409,15 @@ class Scheduler:
             round(best[0], 2),
         )
 
-    def _refusal(self, job: PendingJob, gpus: list[GpuView], pipeline: _Pipeline) -> str | None:
-        """The first reason a filter the candidate index does not apply gave for refusing
-        one of `gpus` (which have room for the job), if one did."""
-        for gpu in gpus:
-            for check in pipeline.rest:
-                if not (status := check.check(job, gpu, pipeline.ctx)).ok:
-                    return f"the GPUs with room for it refuse it: {status.reason}"
-        return None
-
-    def _why_not(
-        self,
-        job: PendingJob,
-        state: _State,
-        by_node: dict[int, list[tuple[float, GpuView]]],
-        candidates: list[GpuView],
-    ) -> str:
+    def _why_not(self, job: PendingJob, state: _State, found: _Search, most: int) -> str:
         """The first true cause of a job waiting: GPUs held for jobs ahead, too few GPUs
-        on one node, GPUs that refuse it (kept for one-model jobs), then memory."""
-        held: set[int] = set()
-        if state.left_out_held:  # else no held GPU was in the way
-            held = {
-                state.held[g.id]
-                for g in state.candidates(job, include_held=True)
-                if g.id in state.held and state.pipeline.passes(job, g)
-            }
-        if held:
-            return (
-                f"the GPUs that would fit are held for job(s) "
-                f"{', '.join(map(str, sorted(held)))} ahead of it in the queue"
-            )
-        refused = self._refusal(job, candidates, state.pipeline)
-        if job.gpus > 1 and (by_node or refused):
-            most = max((len(gpus) for gpus in by_node.values()), default=0)
+        on one node (`most`: the most it may take on any), GPUs that refuse it (kept for
+        one-model jobs), then memory."""
+        if found.held_for:
+            jobs = ", ".join(map(str, sorted(found.held_for)))
+            return f"{_HELD} {jobs} ahead of it in the queue"
+        refused = found.refusal and f"{_REFUSED}: {found.refusal}"
+        if job.gpus > 1 and (most or refused):
             gang = f"needs {job.gpus} GPUs on one node; at most {most} fit on any node now"
             return f"{gang} ({refused})" if refused else gang
         if refused:
@@ -474,14 +499,23 @@ class Scheduler:
             state.held[gpu_id] = job.id
         return best[0]
 
-    def place(self, snapshot: Snapshot) -> Plan:
-        """Place what can be placed now, in queue order."""
+    def place(self, snapshot: Snapshot, parked: Parked | None = None) -> Plan:
+        """Place what can be placed now, in queue order. `parked` is the last cycle's
+        `Plan.parked`: its jobs are answered with their reason again, unsearched, while
+        no GPU of a model they may use has gained room since (their shape unchanged)."""
         state = _State(snapshot, self._pipeline(snapshot))
         plan = Plan()
         blocked_head = False
-        # Why jobs of each shape failed since the state last changed: in a long queue many
-        # jobs ask for the same (whole GPUs, rounded claims), and they fail alike.
-        unplaceable: dict[tuple[object, ...], str] = {}
+        parked = parked or Parked()
+        grown = self._grown(state, parked) if parked.jobs else set()
+        limit = self.config.max_attempts_per_cycle
+        attempts = 0
+        still_parked: dict[int, tuple[Hashable, str]] = {}
+        # Why jobs of each shape failed this cycle. Placements only take room and holds
+        # only grow, so a shape that found no GPU cannot find one later in the cycle: in
+        # a long queue many jobs ask alike (whole GPUs, rounded claims) and are answered
+        # at once. The reasons' figures are those of the shape's first failure.
+        unplaceable: dict[Hashable, str] = {}
         for job in sorted(snapshot.pending, key=self.queue_sort.key):
             if job.not_before and snapshot.now and job.not_before > snapshot.now:
                 plan.waiting[job.id] = (
@@ -489,7 +523,24 @@ class Scheduler:
                 )
                 continue
             shape = _shape(job)
-            choice = unplaceable.get(shape) or self._choose(job, state)
+            choice: Placement | str | None = unplaceable.get(shape)
+            if choice is None and (was := parked.jobs.get(job.id)) and was[0] == shape:
+                models = state.pipeline.allowed_models(job)
+                if not (grown if models is None else grown.intersection(models)):
+                    choice = was[1]
+            if choice is None and limit is not None and attempts >= limit:
+                plan.waiting[job.id] = (
+                    f"not looked at this cycle: its {limit} placement attempts went to "
+                    "jobs ahead of it in the queue"
+                )
+                continue
+            if choice is None:
+                attempts += 1
+                choice = self._choose(job, state)
+                if isinstance(choice, str) and _parks(choice):
+                    still_parked[job.id] = (shape, choice)
+            elif isinstance(choice, str) and job.id in parked.jobs:
+                still_parked[job.id] = (shape, choice)
             problem = (
                 state.quota_problem(job, sum(choice.reserved_mib))
                 if isinstance(choice, Placement)
@@ -502,27 +553,42 @@ class Scheduler:
                 plan.waiting[job.id] = unplaceable[shape] = choice
                 if not blocked_head:
                     blocked_head = True
-                    self._make_room(job, state, snapshot, plan)
-                    unplaceable.clear()
+                    if self._make_room(job, state, snapshot, plan):
+                        unplaceable.clear()  # held GPUs change what the others are told
                 continue
             state.reserve(job, choice.gpu_ids, choice.reserved_mib)
-            unplaceable.clear()
             plan.placements.append(choice)
         plan.held = state.held
+        plan.parked = Parked(still_parked, {g.id: state.room(g) for g in state.gpus.values()})
         return plan
 
-    def _make_room(self, job: PendingJob, state: _State, snapshot: Snapshot, plan: Plan) -> None:
+    @staticmethod
+    def _grown(state: _State, parked: Parked) -> set[str]:
+        """The GPU models of which some GPU has more room now than `parked` recorded (more
+        free memory, fewer jobs, or newly passing the job-blind filters), or is new."""
+        grown: set[str] = set()
+        for gpu in state.gpus.values():
+            if gpu.model in grown:
+                continue
+            was = parked.gpus.get(gpu.id)
+            free, jobs, passes = state.room(gpu)
+            if was is None or free > was[0] or jobs < was[1] or (passes and not was[2]):
+                grown.add(gpu.model)
+        return grown
+
+    def _make_room(self, job: PendingJob, state: _State, snapshot: Snapshot, plan: Plan) -> bool:
+        """Preempt for, or hold GPUs for, the first blocked job; whether GPUs were held."""
         if self.config.preemption:
             victims = self._preempt(job, state, snapshot)
             if victims:
                 for victim in victims:
                     plan.preemptions[victim] = job.id
                 plan.waiting[job.id] += f"; preempting job(s) {', '.join(map(str, victims))}"
-                return
-        if self.config.backfill:
-            held = self._hold(job, state)
-            if held:
-                plan.waiting[job.id] += "; GPUs are held for it while smaller jobs backfill"
+                return True
+        if self.config.backfill and self._hold(job, state):
+            plan.waiting[job.id] += "; GPUs are held for it while smaller jobs backfill"
+            return True
+        return False
 
     def explain(self, snapshot: Snapshot, job_id: int) -> Explanation:
         """Why a pending job waits (or where it would go now), GPU by GPU, with numbers

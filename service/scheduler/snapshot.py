@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -156,9 +156,22 @@ class Placement:
     score: float = 0.0
 
 
+@dataclass(frozen=True)
+class Parked:
+    """Jobs a cycle found no room for, each with the shape it failed in and why, and
+    every GPU's room as that cycle left it (free MiB, jobs, whether the job-blind filters
+    pass it). Handed to the next `Scheduler.place`, it answers those jobs at once while
+    no GPU of a model they may use has more room: kube-scheduler's unschedulable queue,
+    kept pure by travelling in the Plan rather than in the scheduler."""
+
+    jobs: Mapping[int, tuple[Hashable, str]] = field(default_factory=dict)
+    gpus: Mapping[int, tuple[int, int, bool]] = field(default_factory=dict)
+
+
 @dataclass
 class Plan:
     placements: list[Placement] = field(default_factory=list)
     waiting: dict[int, str] = field(default_factory=dict)  # job id -> why it waits
     preemptions: dict[int, int] = field(default_factory=dict)  # victim job -> for job
     held: dict[int, int] = field(default_factory=dict)  # GPU id -> job it is held for
+    parked: Parked = field(default_factory=Parked)  # for the next cycle's `place`
