@@ -61,6 +61,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "attempt's own (the agent's `work_dir/job-J-attempt-A`, mode 0700)",
         "training": "the training run, for the estimator; needed when `memory_mib` is absent",
         "preemptible": "may be stopped and requeued for higher-priority jobs (with preemption on)",
+        "time_limit": "how long an attempt may run: seconds, or `1h30m`-style (d, h, m, s); "
+        "past it the server stops it and the job ends `timeout`, not retried; none: its "
+        "queue's default (`COLLOC_QUEUE_DEFAULT_TIME_LIMIT_S`), at most its queue's maximum "
+        "(`COLLOC_QUEUE_MAX_TIME_LIMIT_S`)",
     },
     "TrainingSpec": {
         "model": "the model (see `training.model`)",
