@@ -120,7 +120,7 @@ def test_a_job_past_its_time_limit_is_stopped_and_ends_timeout(make_client: Any)
     cycle(client)
     beat(client, node)
     beat(client, node, [running(job["id"]), running(job["id"] - 1)])
-    sessions = client.app.state.sessions  # type: ignore[attr-defined]
+    sessions = client.app.state.sessions
     with transaction(sessions) as session:
         assert stop_overdue(session=session, now=utcnow() + timedelta(seconds=59)) == []
     with transaction(sessions) as session:
