@@ -44,6 +44,8 @@ class NodeRead(BaseModel):
     id: int
     name: str
     state: str
+    admin_state: str  # active | cordoned | draining (service/nodes/admin.py)
+    drain_deadline: datetime | None
     agent_version: str
     registered_at: datetime
     last_heartbeat_at: datetime

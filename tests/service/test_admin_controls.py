@@ -68,6 +68,8 @@ def test_a_cordoned_node_takes_no_new_jobs_until_resumed(client: TestClient) -> 
     job = submit(client, memory_mib=1000)["id"]
     cordoned = client.post("/v1/nodes/n1/cordon").json()
     assert cordoned["admin_state"] == "cordoned"
+    (shown,) = client.get("/v1/admin/cluster").json()["nodes"]  # as the dashboard reads it
+    assert shown["admin_state"] == "cordoned" and shown["drain_deadline"] is None
     cycle(client)
     assert job_of(client, job)["state"] == "pending"
     assert client.post("/v1/nodes/n1/resume").json()["admin_state"] == "active"

@@ -31,11 +31,32 @@ const TOKEN_KEY = "colloc.token";
 
 class Unauthenticated extends Error {}
 
+/** POST an admin control; what went wrong, if anything, in an alert. */
+function control(path, body) {
+  const json = { body: JSON.stringify(body || {}), headers: { "Content-Type": "application/json" } };
+  return api(path, {}, { method: "POST", ...json }).catch((e) => alert(e.message));
+}
+
+/** A button that asks, then POSTs to `path`. */
+function actionButton(label, path) {
+  return h("button", { type: "button", onclick: async () => { if (confirm(`${label}?`)) await control(path); } }, label);
+}
+
+/** Cordon, drain (asking for a deadline) or resume a node. */
+function nodeControls(n) {
+  if (n.admin_state !== "active") return actionButton("resume", `/v1/nodes/${n.name}/resume`);
+  const drain = h("button", { type: "button", onclick: async () => {
+    const deadline = prompt(`Drain ${n.name}: requeue the jobs still running after (10m, 1h; empty: let them finish)`);
+    if (deadline !== null) await control(`/v1/nodes/${n.name}/drain`, deadline ? { deadline } : {});
+  } }, "drain");
+  return [actionButton("cordon", `/v1/nodes/${n.name}/cordon`), " ", drain];
+}
+
 async function api(path, params, options) {
   const url = new URL(path, location.origin);
   for (const [k, v] of Object.entries(params || {})) if (v !== "" && v !== null && v !== undefined) url.searchParams.set(k, v);
   const headers = { Authorization: `Bearer ${localStorage.getItem(TOKEN_KEY) || ""}` };
-  const response = await fetch(url, { ...options, headers });
+  const response = await fetch(url, { ...options, headers: { ...(options && options.headers), ...headers } });
   const body = await response.json().catch(() => null);
   const message = (body && body.error && body.error.message) || `${response.status} ${response.statusText}`;
   if (response.status === 401 || response.status === 403) throw new Unauthenticated(message);
@@ -165,7 +186,7 @@ const cluster = {
         stat(running.total, "jobs running", "stat-running"),
         stat(pending.total, "jobs pending", "stat-pending"));
       parts.nodes.replaceChildren(...c.nodes.map((n) => h("div", { class: "card node", "data-node": n.name },
-        h("h3", {}, n.name, " ", badge(n.state)),
+        h("h3", {}, n.name, " ", badge(n.state), " ", n.admin_state === "active" ? null : badge(n.admin_state), " ", nodeControls(n)),
         h("div", { class: "meta" }, `agent ${n.agent_version} · last heartbeat ${ago(n.last_heartbeat_at)}`),
         n.gpus.map(gpuRow))));
       parts.pending.replaceChildren(pending.jobs.length ? table(["id", "name", "user", "queue", "GPUs", "waiting", "reason"],
@@ -252,7 +273,9 @@ const job = {
       const [j, events, names] = await Promise.all([api(`/v1/jobs/${id}`), api("/v1/admin/events", { job_id: id, limit: 500 }), nodeNames()]);
       const cancel = STATES.jobEnded.includes(j.state) ? null :
         h("button", { type: "button", onclick: async () => { if (confirm(`Cancel job ${id}?`)) await api(`/v1/jobs/${id}/cancel`, {}, { method: "POST" }).catch((e) => alert(e.message)); } }, "cancel job");
-      parts.head.replaceChildren(h("h2", {}, h("a", { href: "#/jobs" }, "Jobs"), ` › #${j.id} ${j.name} `, h("span", { id: "job-state" }, badge(j.state)), " ", cancel));
+      const control = j.state === "pending" ? (j.held ? "release" : "hold") : ["placed", "running"].includes(j.state) ? "requeue" : null;
+      parts.head.replaceChildren(h("h2", {}, h("a", { href: "#/jobs" }, "Jobs"), ` › #${j.id} ${j.name} `, h("span", { id: "job-state" }, badge(j.state)),
+        j.held ? [" ", badge("held")] : null, " ", cancel, " ", control && actionButton(control, `/v1/jobs/${id}/${control}`)));
       parts.summary.replaceChildren(table(["user", "queue", "priority", "GPUs", "GPU models", "memory claim MiB", "attempts", "submitted", "finished", "reason"], [h("tr", {},
         td(j.owner), td(j.queue), num(j.priority), num(j.gpus), td((j.gpu_models || ["any"]).join(", ")), num(j.memory_mib),
         num(`${j.attempts.length} of ${j.max_attempts}`), td(when(j.created_at)), td(when(j.finished_at)), td(j.reason || ""))]));
