@@ -94,9 +94,12 @@ def _node_row(node: dict[str, Any], wide: bool) -> list[str]:
     models = Counter(short_gpu(g["model"]) for g in gpus)
     unhealthy = sum(1 for g in gpus if not g["healthy"])
     jobs = {a["job_id"] for g in gpus for a in g["allocations"]} if wide else set()
+    admin = node.get("admin_state", "active") if wide else "active"  # cordoned, draining
     row = [
         node["name"],
-        node["state"] + (f" ({unhealthy} GPU unhealthy)" if unhealthy else ""),
+        node["state"]
+        + ("" if admin == "active" else f", {admin}")
+        + (f" ({unhealthy} GPU unhealthy)" if unhealthy else ""),
         ",".join(f"{count}x{model}" for model, count in models.items()),
         gib(sum(g["memory_free_mib"] for g in gpus)),
         gib(sum(g["memory_reserved_mib"] for g in gpus)),

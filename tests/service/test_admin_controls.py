@@ -183,14 +183,16 @@ def test_the_control_commands(through_app: TestClient, capsys: Any) -> None:
     assert colloc("hold", str(job)) == 0
     assert colloc("release", str(job)) == 0
     assert colloc("node", "drain", "n1", "--deadline", "10m") == 0
+    assert colloc("nodes", "-o", "wide") == 0
     assert colloc("node", "resume", "n1") == 0
     out = capsys.readouterr().out.splitlines()
+    assert out[4].split()[:3] == ["n1", "ready,", "draining"]
     assert out[:2] == [
         f"job {job}: pending (held): held by admin",
         f"job {job}: pending: released by admin",
     ]
     assert out[2].startswith("node n1: draining, running jobs requeued at ")
-    assert out[3] == "node n1: active"
+    assert out[-1] == "node n1: active"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["node", "drain", "n1", "--deadline", "soon"])
 
