@@ -107,6 +107,7 @@ def run_agent(args: argparse.Namespace) -> int:
                 identity=identity,
                 work_dir=settings.work_path(name),
                 gpu_confinement=settings.gpu_confinement,
+                self_fencing=settings.self_fencing,
             ),
         )
     except (

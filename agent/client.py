@@ -37,6 +37,7 @@ class SchedulerClient:
         verify: ssl.SSLContext | bool = True,
     ) -> None:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._timeout_s = timeout_s
         self._http = httpx.Client(
             base_url=server.rstrip("/"), headers=headers, timeout=timeout_s, verify=verify
         )
@@ -44,8 +45,11 @@ class SchedulerClient:
     def close(self) -> None:
         self._http.close()
 
-    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        response = self._http.post(path, json=body)
+    def _post(
+        self, path: str, body: dict[str, Any], timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        timeout = httpx.USE_CLIENT_DEFAULT if timeout_s is None else min(timeout_s, self._timeout_s)
+        response = self._http.post(path, json=body, timeout=timeout)
         if response.status_code >= 400:
             try:
                 message = response.json()["error"]["message"]
@@ -58,5 +62,8 @@ class SchedulerClient:
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
         return self._post("/v1/nodes/register", body)
 
-    def heartbeat(self, node_id: int, body: dict[str, Any]) -> dict[str, Any]:
-        return self._post(f"/v1/nodes/{node_id}/heartbeat", body)
+    def heartbeat(
+        self, node_id: int, body: dict[str, Any], timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """One heartbeat; `timeout_s` may shorten the client's timeout for this one."""
+        return self._post(f"/v1/nodes/{node_id}/heartbeat", body, timeout_s)

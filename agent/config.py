@@ -51,6 +51,9 @@ class AgentSettings(BaseModel):
     min_job_uid: int = Field(default=MIN_JOB_UID, ge=1)  # system accounts below: refused
     work_dir: Path | None = None  # one directory per attempt, owned by the job's account
     gpu_confinement: ConfinementPolicy = "stop"
+    # stop the jobs once the server has not answered for nearly its lease, before it
+    # gives them to other nodes (off: a partition may run them twice at once)
+    self_fencing: bool = True
 
     def resolved_token(self) -> str | None:
         if self.token is not None and self.token_file is not None:

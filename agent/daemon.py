@@ -4,7 +4,9 @@ Samples are taken every `sample_interval_s` (2 Hz by default) so a job's peak is
 between heartbeats. Jobs do not depend on the agent: while the server is unreachable
 they keep running and what happens to them (exits, peaks, logs, notices) is kept and
 reported once it answers again; when the agent itself stops or dies, its successor
-finds the jobs in the state directory and goes on watching them.
+finds the jobs in the state directory and goes on watching them. An outage as long as
+the node's lease is the exception: the server then gives the jobs to other nodes, so
+the agent stops them itself shortly before (self-fencing) and they end `lost`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from agent.job import JobProcess, RunStore
 from agent.launcher import adopt, fail_at_start, kill, kill_if_overdue, launch, poll, terminate
 from agent.logship import HEARTBEAT_BYTES, chunks, drained
 from agent.protocol import (
+    FENCE_MARGIN_HEARTBEATS,
     Assignment,
     GpuState,
     Heartbeat,
@@ -66,6 +69,7 @@ class AgentConfig:
     identity: Identity = field(default_factory=Identity)  # whose account jobs run as
     work_dir: Path | None = None  # jobs' own directories; default: next to state_dir
     gpu_confinement: confinement.Policy = "stop"
+    self_fencing: bool = True
 
     def work_path(self) -> Path:
         return self.work_dir or self.state_dir.with_name(f"{self.state_dir.name}-work")
@@ -88,6 +92,8 @@ class Agent:
         self.health = HealthTracker(config.xid_quarantine_s)
         self.node_id: int | None = None
         self.heartbeat_interval_s = 2.0
+        self.lease_s: float | None = None  # the server's, once a heartbeat was answered
+        self._answered_at = time.monotonic()  # when the last answered heartbeat was sent
         self._log_keep_bytes = DEFAULT_LOG_KEEP_BYTES
         self._totals = {d.uuid: d.memory_total_mib for d in backend.devices()}
         self._samples: list[GpuSample] = []
@@ -132,12 +138,15 @@ class Agent:
             budget -= sum(len(chunk.data) for chunk in logs)
             reports.append(job.report(logs))
         body = Heartbeat(gpus=[self._gpu_state(s) for s in self._samples], attempts=reports)
+        sent = time.monotonic()  # the server heard it later: the lease runs from after this
         try:
-            reply = HeartbeatReply.model_validate(self.client.heartbeat(self.node_id, wire(body)))
+            answer = self.client.heartbeat(self.node_id, wire(body), self._wait_limit_s(sent))
+            reply = HeartbeatReply.model_validate(answer)
         except ServerError as exc:
             if exc.status == 404:  # the server no longer knows this node
                 self.node_id = None
             raise
+        self._answered_at = sent
         for report in reports:  # the server has these notices now
             job = self.jobs[(report.job_id, report.attempt)]
             delivered = {notice.seq for notice in report.notices}
@@ -163,6 +172,7 @@ class Agent:
 
     def _apply(self, reply: HeartbeatReply) -> None:
         self.heartbeat_interval_s = reply.heartbeat_interval_s
+        self.lease_s = reply.lease_s
         self._log_keep_bytes = reply.log_keep_bytes
         held = {(o.job_id, o.attempt): o for o in reply.log_offsets}
         for key, offsets in held.items():
@@ -225,7 +235,11 @@ class Agent:
         """Notice exits, then read the GPUs: each job's use, peaks, limits, health."""
         for job in self.jobs.values():
             if not poll(job):  # an exit is judged on the sample before it
-                kill_if_overdue(job, self.config.kill_grace_s)
+                # a fenced job must be dead before the lease ends: one interval's grace
+                grace_s = self.config.kill_grace_s
+                if job.fenced is not None:
+                    grace_s = min(grace_s, self.heartbeat_interval_s)
+                kill_if_overdue(job, grace_s)
         self._samples = self.backend.sample()
         running = {job.pid: job for job in self.jobs.values() if job.outcome is None and job.pid}
         full: dict[str, str] = {}
@@ -312,6 +326,43 @@ class Agent:
                 job.confined = message
                 kill(job)
 
+    def _fence_at(self) -> float | None:
+        """When (monotonic) the jobs are to be fenced, unless a heartbeat is answered."""
+        if not self.config.self_fencing or self.lease_s is None:
+            return None
+        margin_s = FENCE_MARGIN_HEARTBEATS * self.heartbeat_interval_s
+        return self._answered_at + self.lease_s - margin_s
+
+    def _wait_limit_s(self, now: float) -> float | None:
+        """How long a heartbeat may wait for its answer: a server that holds it (or a
+        network that drops it) must not keep the loop from fencing in time."""
+        fence_at = self._fence_at()
+        if fence_at is None or fence_at <= now:
+            return None  # the client's own timeout
+        return max(0.1, fence_at - now)
+
+    def fence(self) -> None:
+        """Stop every running job once no heartbeat has been answered for the server's
+        lease less FENCE_MARGIN_HEARTBEATS intervals (agent/protocol.py says why that
+        margin): the server is about to give them to other nodes, and no job may run
+        twice at once. They end `lost`, which the server reruns; SIGKILL follows SIGTERM
+        within one interval. A job that exits 0 before it is stopped stays a success."""
+        fence_at = self._fence_at()
+        if fence_at is None or time.monotonic() < fence_at:
+            return
+        silent_s = time.monotonic() - self._answered_at
+        for job in self.jobs.values():
+            if job.outcome is not None or job.fenced is not None:
+                continue
+            job.fenced = (
+                f"fenced: no heartbeat answered for {silent_s:.1f} s of the server's "
+                f"{self.lease_s:g} s lease, so the agent stopped it before the server "
+                "gave it to another node"
+            )
+            log.warning("job %s attempt %s %s", job.job_id, job.attempt, job.fenced)
+            terminate(job)
+            self.store.save(job)
+
     # -- the loop -------------------------------------------------------------------
 
     def run(self, stop: threading.Event) -> None:
@@ -319,6 +370,7 @@ class Agent:
         next_heartbeat = time.monotonic()
         while not stop.is_set():
             self.sample()
+            self.fence()
             if time.monotonic() >= next_heartbeat:
                 next_heartbeat = time.monotonic() + self._heartbeat_once()
             stop.wait(self.config.sample_interval_s)

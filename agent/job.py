@@ -60,6 +60,7 @@ class JobProcess:
     strayed_on: list[str] = field(default_factory=list)
     stray_mib_by_gpu: dict[str, int | None] = field(default_factory=dict)  # None: unknown
     confined: str | None = None
+    fenced: str | None = None  # why the agent stopped it itself: the server went silent
     notices: list[Notice] = field(default_factory=list)  # not yet delivered
     notice_seq: int = 0  # the last notice's number
     log_sent: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STREAMS, 0))
@@ -145,6 +146,7 @@ class JobProcess:
             "over_limit": self.over_limit,
             "strayed_on": self.strayed_on,
             "confined": self.confined,
+            "fenced": self.fenced,
             "notices": [notice.model_dump(mode="json") for notice in self.notices],
             "notice_seq": self.notice_seq,
             "log_sent": self.log_sent,
@@ -175,6 +177,7 @@ class JobProcess:
             # records an agent wrote before GPU confinement existed lack these keys
             strayed_on=record.get("strayed_on", []),
             confined=record.get("confined"),
+            fenced=record.get("fenced"),  # not in records written before self-fencing
             notices=[Notice.model_validate(notice) for notice in record["notices"]],
             notice_seq=record.get("notice_seq", len(record["over_limit"])),
             log_sent=record["log_sent"],

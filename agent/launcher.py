@@ -175,6 +175,8 @@ def poll(job: JobProcess) -> bool:
         job.outcome, job.reason = "oom", job.enforced
     if job.confined is not None and job.outcome != "succeeded":
         job.outcome, job.reason = "failed", job.confined
+    if job.fenced is not None and job.outcome != "succeeded":  # the server reruns it
+        job.outcome, job.reason = "lost", job.fenced
     return True
 
 

@@ -34,6 +34,13 @@ REASON_CHARS = 4096  # why an attempt ended
 INT32 = 2**31  # ids and exit codes are 32-bit integers in the database
 LOG_CHUNK_MAX_BYTES = 256 * 1024
 TRUNCATED = " [... truncated]"
+# A node silent for its lease (HeartbeatReply.lease_s) loses its attempts to other nodes.
+# Its agent stops them itself this many heartbeat intervals before the lease ends, timed
+# from the sending of the last heartbeat that was answered (the server heard it later):
+# one interval for the jobs to die (SIGTERM, then SIGKILL), one for the agent's sample
+# loop and the server's clock. The server waits as long again before it places such a
+# job anew, so a fenced attempt is dead before its next one starts.
+FENCE_MARGIN_HEARTBEATS = 2
 
 Stream = Literal["stdout", "stderr"]
 Outcome = Literal["succeeded", "failed", "oom", "cancelled", "lost"]
@@ -217,6 +224,9 @@ class HeartbeatReply(Reply):
     log_offsets: list[LogOffsets]
     log_keep_bytes: int
     heartbeat_interval_s: float
+    # the server gives a silent node's attempts away after this long: the agent stops
+    # them itself before then (self-fencing); None from servers that do not say
+    lease_s: float | None = None
 
 
 def wire(message: BaseModel) -> dict[str, object]:

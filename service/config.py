@@ -19,6 +19,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from agent.protocol import FENCE_MARGIN_HEARTBEATS
 from service.durations import MAX_DURATION_S, parse_duration_s
 from service.scheduler.framework import Limit, Quotas, SchedulerConfig
 from service.scheduler.lifecycle import ReservationRules
@@ -64,6 +65,10 @@ class Settings(BaseSettings):
     heartbeat_interval_s: float = Field(default=2.0, gt=0, le=300)
     # a node whose agent is silent this long is lost: its attempts end `lost` and retry
     node_lease_s: float = Field(default=30.0, gt=0, le=86400)
+    # a placed attempt its node has not started this long after placement is taken back
+    # and its job requeued: an agent starts what it is given on the heartbeat that brings
+    # it, so a node that heartbeats but never starts one would keep it placed for ever
+    launch_timeout_s: float = Field(default=120.0, gt=0, le=86400)
     scheduler_enabled: bool = True
     default_max_attempts: int = Field(default=3, ge=1, le=20)
     # OOM recovery: the next attempt reserves this factor times what the failed one
@@ -102,6 +107,26 @@ class Settings(BaseSettings):
     # utilisation history (admin queries, dashboard): a sample this often, kept this long
     usage_sample_interval_s: float = Field(default=60.0, gt=0, le=3600)
     usage_keep_days: float = Field(default=30.0, gt=0, le=3650)
+    # retention (service/retention.py): what is past these limits is pruned every
+    # `retention_interval_s`, a batch of `retention_batch_rows` per transaction (each
+    # holds the write lock for milliseconds, so heartbeats never wait long behind it)
+    retention_interval_s: float = Field(default=300.0, gt=0, le=86400)
+    retention_batch_rows: int = Field(default=500, ge=1, le=100_000)
+    # finished jobs, whole, after a month (as usage history) or past the newest 100,000
+    # (about 30 days of a cluster finishing 3,000 a day); jobs the estimator learned a
+    # peak from keep their job, attempts and peaks, which it rebuilds its history from
+    retention_job_days: float = Field(default=30.0, gt=0, le=3650)
+    retention_max_finished_jobs: int = Field(default=100_000, ge=1)
+    # events after a month, or past the newest million (never an unfinished job's)
+    retention_event_days: float = Field(default=30.0, gt=0, le=3650)
+    retention_max_events: int = Field(default=1_000_000, ge=1)
+    # an ended attempt's output after a week (read while fresh, the biggest rows), and
+    # the oldest ones' past 4 GiB in all (500 attempts at the whole per-attempt cap)
+    retention_log_days: float = Field(default=7.0, gt=0, le=3650)
+    retention_max_log_bytes: int = Field(default=4 * 1024**3, ge=1024 * 1024)
+    # usage samples past this many (they go by age after `usage_keep_days` too): 30 days
+    # of one-minute samples of 5 GPU models and 4 owners each (1.08 million), doubled
+    retention_max_usage_samples: int = Field(default=2_000_000, ge=1)
 
     @classmethod
     def settings_customise_sources(
@@ -143,6 +168,22 @@ class Settings(BaseSettings):
                 f"({3 * self.heartbeat_interval_s:g} s): one late heartbeat must not lose a node"
             )
         return self
+
+    @model_validator(mode="after")
+    def _launch_outlasts_heartbeats(self) -> Settings:
+        if self.launch_timeout_s < 3 * self.heartbeat_interval_s:
+            raise ValueError(
+                "launch_timeout_s must be at least 3 heartbeat intervals "
+                f"({3 * self.heartbeat_interval_s:g} s): an agent starts an attempt on the "
+                "heartbeat that brings it"
+            )
+        return self
+
+    def fence_margin_s(self) -> float:
+        """How long before its lease ends a silent agent stops its jobs (self-fencing), and
+        how long after it a job whose attempt was lost with the node waits to be placed
+        again: FENCE_MARGIN_HEARTBEATS heartbeat intervals (agent/protocol.py says why)."""
+        return FENCE_MARGIN_HEARTBEATS * self.heartbeat_interval_s
 
     @field_validator("queue_max_priority")
     @classmethod

@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
-from service.db import utcnow
+from service.db import lock_placements, utcnow
 from service.errors import ApiError
 from service.events.service import record
 from service.jobs import observations
@@ -350,3 +350,112 @@ def _requeue(session: Session, job: Job, reason: str, now: datetime) -> None:
     job.reason = reason
     job.updated_at = now
     record(session=session, kind="job.requeued", job_id=job.id, message=reason)
+
+
+def hold_off_rerun(*, job: Job, settings: Settings, now: datetime) -> None:
+    """Keep a job whose attempt ended while its node may still run it (lost with its
+    node, taken back unstarted) from being placed again before that node's agent has
+    surely stopped it: it fences its jobs `fence_margin_s` before the lease ends, and the
+    job waits as long again after (agent/protocol.py's FENCE_MARGIN_HEARTBEATS)."""
+    until = now + timedelta(seconds=settings.fence_margin_s())
+    if job.state == JobState.PENDING and (job.not_before is None or job.not_before < until):
+        job.not_before = until
+
+
+def take_back_unstarted(*, session: Session, settings: Settings, now: datetime) -> list[int]:
+    """End `lost` the placed attempts their node has not started within
+    `launch_timeout_s` (a node that heartbeats but never launches would keep them placed
+    for ever), so their jobs are requeued while their attempts last. Returns the jobs."""
+    deadline = now - timedelta(seconds=settings.launch_timeout_s)
+    stale = list(
+        session.scalars(
+            select(Attempt).where(
+                Attempt.state == AttemptState.PLACED, Attempt.placed_at < deadline
+            )
+        )
+    )
+    if stale:
+        lock_placements(session)  # reservations are released here
+    for attempt in stale:
+        reason = (
+            f"not started by node {attempt.node.name} within {settings.launch_timeout_s:g} s "
+            "of its placement (launch_timeout_s): taken back"
+        )
+        record(
+            session=session,
+            kind="job.launch_timeout",
+            job_id=attempt.job_id,
+            node_id=attempt.node_id,
+            message=f"attempt {attempt.number} {reason}",
+        )
+        end_attempt(
+            session=session,
+            attempt=attempt,
+            outcome=AttemptState.LOST,
+            settings=settings,
+            reason=reason,
+        )
+        hold_off_rerun(job=attempt.job, settings=settings, now=now)
+    return [attempt.job_id for attempt in stale]
+
+
+def accept_late_success(
+    *,
+    session: Session,
+    attempt: Attempt,
+    exit_code: int | None,
+    finished_at: datetime | None,
+    peak_mib_by_gpu: dict[str, int],
+) -> None:
+    """An attempt that ended `lost` because its node was unreachable, and that the node,
+    back again, reports succeeded: a success is a success, and the job is not run again.
+
+    It wins over what became of the job meanwhile, except a user's cancellation: the job
+    ends succeeded, and a newer attempt is withdrawn (ends `cancelled`: a placed one is
+    never sent to its agent, a running one's agent is told to stop it, as it is no
+    longer active). The peaks were kept as the lost attempt's when it ended."""
+    job = attempt.job
+    if attempt.state != AttemptState.LOST or job.state == JobState.CANCELLED:
+        return
+    now = utcnow()
+    newer = [
+        a for a in job.attempts if a.number > attempt.number and a.state in ACTIVE_ATTEMPT_STATES
+    ]
+    if newer:
+        lock_placements(session)  # their reservations are released here
+    for other in newer:
+        other.state = AttemptState.CANCELLED
+        other.finished_at = now
+        other.reason = f"withdrawn: attempt {attempt.number} had succeeded (reported late)"
+        for allocation in other.allocations:
+            allocation.active = False
+        record(
+            session=session,
+            kind="job.cancelled",
+            job_id=job.id,
+            node_id=other.node_id,
+            message=f"attempt {other.number} ended cancelled: {other.reason}",
+            data={"attempt": other.number},
+        )
+    attempt.state = AttemptState.SUCCEEDED
+    attempt.exit_code = job.exit_code = exit_code
+    attempt.finished_at = finished_at or now
+    attempt.peak_mib = max(peak_mib_by_gpu.values(), default=attempt.peak_mib)
+    attempt.reason = "succeeded while its node was unreachable (reported late)"
+    job.state = JobState.SUCCEEDED
+    job.finished_at = job.updated_at = now
+    job.reason = attempt.reason
+    job.not_before = None
+    job.cancel_requested = job.preempt_requested = False
+    record(
+        session=session,
+        kind="job.late_success",
+        job_id=job.id,
+        node_id=attempt.node_id,
+        message=f"attempt {attempt.number} {attempt.reason}; the job is not run again",
+        data={
+            "attempt": attempt.number,
+            "exit_code": exit_code,
+            "withdrawn": [a.number for a in newer],
+        },
+    )

@@ -102,8 +102,10 @@ def get(*, session: Session, node_id: int) -> Node:
 def expire_leases(*, session: Session, settings: Settings, up_since: datetime) -> list[Node]:
     """Mark lost every ready node whose agent has been silent for `node_lease_s`: its
     GPUs take nothing new, and its placed and running attempts end `lost` (requeued
-    while their jobs' attempt budgets last). Its next heartbeat makes it ready again,
-    and the agent is told to stop what it still runs of those attempts.
+    while their jobs' attempt budgets last), not placed again before the agent has
+    surely stopped them itself (self-fencing). Its next heartbeat makes it ready again:
+    an attempt it reports succeeded meanwhile is taken late, and the agent is told to
+    stop what it still runs of the others.
 
     Silence counts only while this server was up (`up_since`) to hear the agent: after
     an outage of the server, agents get a whole lease to reconnect."""
@@ -128,6 +130,8 @@ def expire_leases(*, session: Session, settings: Settings, up_since: datetime) -
                 settings=settings,
                 reason=reason,
             )
+            # its agent stops it by now (self-fencing) unless it is frozen or fencing is off
+            jobs.hold_off_rerun(job=attempt.job, settings=settings, now=utcnow())
     return silent
 
 
@@ -149,10 +153,11 @@ def heartbeat(
         )
     reports = _merged(body.attempts)
     active = _active_attempts(session, node.id)
-    if _changes_reservations(active, reports, settings):
+    known = _attempts_of(session, node.id, [(r.job_id, r.attempt) for r in reports])
+    late = {key for r in reports if _late_success(known.get(key := (r.job_id, r.attempt)), r)}
+    if late or _changes_reservations(active, reports, settings):
         lock_placements(session)
         active = _active_attempts(session, node.id, fresh=True)  # as the lock holder sees it
-    known = _attempts_of(session, node.id, [(r.job_id, r.attempt) for r in reports])
     now = utcnow()
     if node.state != "ready":
         record(
@@ -181,6 +186,7 @@ def heartbeat(
         log_offsets=[],
         log_keep_bytes=settings.log_keep_bytes,
         heartbeat_interval_s=settings.heartbeat_interval_s,
+        lease_s=settings.node_lease_s,
     )
     # output and notices are kept even after the attempt ended
     held = logs.ingest(
@@ -202,6 +208,14 @@ def heartbeat(
         if report.state == "exited":
             if attempt is not None:
                 _apply_exit(session, attempt, report, settings)
+            elif ours is not None and key in late:
+                jobs.accept_late_success(
+                    session=session,
+                    attempt=ours,
+                    exit_code=report.exit_code,
+                    finished_at=report.finished_at,
+                    peak_mib_by_gpu=report.peak_mib_by_gpu,
+                )
             reply.acknowledged.append(ref)
         elif attempt is None:
             reply.cancellations.append(ref)  # ended or moved on the server: stop it
@@ -389,17 +403,32 @@ def _active_attempts(
     return {(a.job_id, a.number): a for a in session.scalars(query)}
 
 
+def _outcome(report: AttemptReport) -> AttemptState:
+    """How an exited attempt ended, as its agent reports it."""
+    return AttemptState(report.outcome or ("succeeded" if report.exit_code == 0 else "failed"))
+
+
+def _late_success(attempt: Attempt | None, report: AttemptReport) -> bool:
+    """Whether `report` says an attempt the server ended `lost` (its node went silent)
+    had succeeded: the late success is taken (lifecycle.accept_late_success)."""
+    return (
+        attempt is not None
+        and attempt.state == AttemptState.LOST
+        and report.state == "exited"
+        and _outcome(report) == AttemptState.SUCCEEDED
+    )
+
+
 def _apply_exit(
     session: Session, attempt: Attempt, report: AttemptReport, settings: Settings
 ) -> None:
     if attempt.state == "placed":
         jobs.mark_running(session=session, attempt=attempt, started_at=report.started_at)
     exit_code = report.exit_code
-    outcome = AttemptState(report.outcome or ("succeeded" if exit_code == 0 else "failed"))
     jobs.end_attempt(
         session=session,
         attempt=attempt,
-        outcome=outcome,
+        outcome=_outcome(report),
         settings=settings,
         exit_code=exit_code,
         reason=report.reason,

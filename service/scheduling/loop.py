@@ -1,5 +1,5 @@
-"""The scheduling loop: a cycle every `schedule_interval_s`, lease expiry, time limits and
-drain deadlines before each, and estimator refits beside them.
+"""The scheduling loop: a cycle every `schedule_interval_s`, lease expiry, time limits,
+launch timeouts and drain deadlines before each, and estimator refits beside them.
 
 A cycle runs in one transaction: it takes the placement lock (which heartbeats, the
 other writers of reservations, take too), reads a snapshot, lets the pure core place,
@@ -20,7 +20,7 @@ from estimator.estimate import Estimator
 from service.config import Settings
 from service.db import lock_placements, transaction, utcnow
 from service.estimates.service import EstimatorState
-from service.jobs.lifecycle import stop_overdue
+from service.jobs.lifecycle import stop_overdue, take_back_unstarted
 from service.nodes.admin import enforce_drain_deadlines
 from service.nodes.service import expire_leases
 from service.periodic import Periodic
@@ -75,6 +75,7 @@ class SchedulerLoop:
             with transaction(self._sessions) as session:  # committed whatever the cycle does
                 expire_leases(session=session, settings=self._settings, up_since=self._up_since)
                 stop_overdue(session=session, now=utcnow())  # time limits
+                take_back_unstarted(session=session, settings=self._settings, now=utcnow())
                 enforce_drain_deadlines(session=session, now=utcnow())
             started = time.perf_counter()
             with transaction(self._sessions) as session:

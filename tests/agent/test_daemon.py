@@ -37,7 +37,9 @@ class FakeServer:
     def register(self, body: dict[str, Any]) -> dict[str, Any]:
         return {"node_id": 1, "heartbeat_interval_s": 0.1}
 
-    def heartbeat(self, node_id: int, body: dict[str, Any]) -> dict[str, Any]:
+    def heartbeat(
+        self, node_id: int, body: dict[str, Any], timeout_s: float | None = None
+    ) -> dict[str, Any]:
         if self.down:
             raise httpx.ConnectError("connection refused")
         offsets, acked = [], []

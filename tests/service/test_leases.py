@@ -10,6 +10,7 @@ from sqlalchemy import update
 
 from service.config import Settings
 from service.db import transaction, utcnow
+from service.jobs.models import Job
 from service.nodes.models import Node
 from service.nodes.service import expire_leases
 from tests.conftest import register_node, submit
@@ -55,6 +56,9 @@ def test_a_silent_node_is_lost_its_job_retried_elsewhere_and_it_recovers(
     assert client.get(f"/v1/jobs/{job}").json()["state"] == "pending"
 
     register_node(client, "n2", [(A100, 40960)])
+    with transaction(client.app.state.sessions) as session:  # type: ignore[attr-defined]
+        # past the wait for n1's agent to have stopped it (tests/service/test_late_reports.py)
+        session.execute(update(Job).where(Job.id == job).values(not_before=utcnow()))
     cycle(client)
     again = client.get(f"/v1/jobs/{job}").json()
     assert again["state"] == "placed" and again["attempts"][1]["node"] == "n2"
