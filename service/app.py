@@ -31,6 +31,7 @@ from service.metrics.instruments import Instruments, RequestTimer
 from service.metrics.router import router as metrics_router
 from service.nodes.router import router as nodes_router
 from service.periodic import Periodic
+from service.retention import pruner
 from service.scheduler.placement import Scheduler
 from service.scheduling.loop import SchedulerLoop
 from service.usage.sampler import usage_sampler
@@ -53,7 +54,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         upgrade(settings.database_url)
         to_thread.current_default_thread_limiter().total_tokens = capacity.threads
-        workers: list[SchedulerLoop | Periodic] = [usage_sampler(sessions, settings)]
+        workers: list[SchedulerLoop | Periodic] = [
+            usage_sampler(sessions, settings),
+            pruner(sessions, settings),
+        ]
         if settings.scheduler_enabled:
             workers.append(
                 SchedulerLoop(

@@ -103,6 +103,7 @@ def read(
     ).all()
     first = chunks[0].offset if chunks else 0
     end = chunks[-1].offset + chunks[-1].size if chunks else 0
+    held = sum(chunk.size for chunk in chunks)
     start = max(offset if offset is not None else first, first)
     data = b""
     position = start
@@ -127,5 +128,6 @@ def read(
         offset=start,
         next_offset=start + len(data),
         end_offset=end,
+        dropped_bytes=end - held,
         text=data.decode("utf-8", errors="replace"),
     )
