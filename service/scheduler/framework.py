@@ -67,10 +67,13 @@ class SchedulerConfig:
     candidates_per_model: int = 2
     # Jobs sent through the search per cycle (answers already known this cycle, or
     # parked, cost nothing and do not count); the rest, in queue order, wait for the
-    # next cycle. Slurm bounds its scheduling passes alike (SchedulerParameters
-    # default_queue_depth, 100 jobs per event-triggered pass; bf_max_job_test for
-    # backfill; slurm.schedmd.com/sched_config.html). None: no bound.
-    max_attempts_per_cycle: int | None = None
+    # next cycle. Slurm bounds its scheduling passes alike: default_queue_depth, 100
+    # jobs per event-triggered pass (slurm.schedmd.com/sched_config.html). A Colloc
+    # cycle is the main pass, every schedule_interval_s, so ten times that: at the
+    # ~0.1 ms a search takes on 8,000 GPUs (bench/scheduler_cycle.py) about 0.1 s of
+    # searching, while more jobs than a cycle's 1,000 rarely find room at once outside
+    # a cluster's first cycle. None: no bound.
+    max_attempts_per_cycle: int | None = 1000
     backfill: bool = True
     preemption: bool = False
     quotas: Quotas = Quotas()

@@ -512,10 +512,14 @@ class Scheduler:
         attempts = 0
         still_parked: dict[int, tuple[Hashable, str]] = {}
         # Why jobs of each shape failed this cycle. Placements only take room and holds
-        # only grow, so a shape that found no GPU cannot find one later in the cycle: in
-        # a long queue many jobs ask alike (whole GPUs, rounded claims) and are answered
-        # at once. The reasons' figures are those of the shape's first failure.
+        # only grow, so a shape that found no GPU it may take cannot find one later in
+        # the cycle: in a long queue many jobs ask alike (whole GPUs, rounded claims)
+        # and are answered at once (the reasons' figures are the first failure's). But a
+        # one-GPU search looks only at the ends of each model's GPUs by room: when those
+        # were held or refused, a placement that moves them may bring one that passes,
+        # so such answers last until the next placement.
         unplaceable: dict[Hashable, str] = {}
+        until_placed: dict[Hashable, str] = {}
         for job in sorted(snapshot.pending, key=self.queue_sort.key):
             if job.not_before and snapshot.now and job.not_before > snapshot.now:
                 plan.waiting[job.id] = (
@@ -523,7 +527,7 @@ class Scheduler:
                 )
                 continue
             shape = _shape(job)
-            choice: Placement | str | None = unplaceable.get(shape)
+            choice: Placement | str | None = unplaceable.get(shape) or until_placed.get(shape)
             if choice is None and (was := parked.jobs.get(job.id)) and was[0] == shape:
                 models = state.pipeline.allowed_models(job)
                 if not (grown if models is None else grown.intersection(models)):
@@ -550,13 +554,17 @@ class Scheduler:
                 plan.waiting[job.id] = problem
                 continue
             if isinstance(choice, str):
-                plan.waiting[job.id] = unplaceable[shape] = choice
+                plan.waiting[job.id] = choice
+                exact = job.gpus > 1 or _parks(choice)
+                (unplaceable if exact else until_placed)[shape] = choice
                 if not blocked_head:
                     blocked_head = True
                     if self._make_room(job, state, snapshot, plan):
                         unplaceable.clear()  # held GPUs change what the others are told
+                        until_placed.clear()
                 continue
             state.reserve(job, choice.gpu_ids, choice.reserved_mib)
+            until_placed.clear()
             plan.placements.append(choice)
         plan.held = state.held
         plan.parked = Parked(still_parked, {g.id: state.room(g) for g in state.gpus.values()})
