@@ -39,6 +39,7 @@ from service.scheduler.placement import Scheduler
 from service.scheduler.snapshot import (
     GpuView,
     NodeView,
+    Parked,
     PendingJob,
     RunningJob,
     Snapshot,
@@ -229,6 +230,7 @@ class Simulation:
         self.reserved_over_true: dict[int, float] = {}
         self.last_start_s = 0.0
         self.cycles = 0
+        self.parked = Parked()
         self.used_mib = 0  # physically held, cluster-wide
         self.busy = 0.0  # sum over GPUs of min(1, utilisation)
         self.used_area = 0.0
@@ -351,7 +353,8 @@ class Simulation:
             running=tuple(self._running_view(a) for a in self.running.values()),
             now=EPOCH + timedelta(seconds=self.now),
         )
-        plan = self.scheduler.place(snapshot)
+        plan = self.scheduler.place(snapshot, self.parked)
+        self.parked = plan.parked  # jobs that found no room wait unsearched till some frees
         for placement in plan.placements:
             self._start(
                 self.pending.pop(placement.job_id), placement.gpu_ids, placement.reserved_mib

@@ -109,19 +109,36 @@ def horus_mib(spec: TrainingSpec, gpu_model: str) -> int:
     return round(horus_bytes(shape.params, spec.batch_size, per_sample) / MIB)
 
 
-class Horus(_Static):
-    def demand(self, job: SimJob, models: Mapping[str, int]) -> Demand:
-        return Demand(upper_mib={m: horus_mib(job.spec, m) for m in models})
+class _PerSpec(_Static):
+    """A static figure per spec and GPU model, worked out once: a workload draws its
+    thousands of jobs from a few hundred measured specs."""
 
-
-class Analytical(_Static):
     def __init__(self) -> None:
+        self._known: dict[tuple[str, str], int] = {}
+
+    def figure_mib(self, spec: TrainingSpec, model: str) -> int:
+        raise NotImplementedError
+
+    def demand(self, job: SimJob, models: Mapping[str, int]) -> Demand:
+        spec = fingerprint(job.spec)
+        for model in models:
+            if (spec, model) not in self._known:
+                self._known[(spec, model)] = self.figure_mib(job.spec, model)
+        return Demand(upper_mib={m: self._known[(spec, m)] for m in models})
+
+
+class Horus(_PerSpec):
+    def figure_mib(self, spec: TrainingSpec, model: str) -> int:
+        return horus_mib(spec, model)
+
+
+class Analytical(_PerSpec):
+    def __init__(self) -> None:
+        super().__init__()
         self._estimator = Estimator(artifact=None)
 
-    def demand(self, job: SimJob, models: Mapping[str, int]) -> Demand:
-        return Demand(
-            upper_mib={m: self._estimator.estimate(job.spec, m).upper_mib for m in models}
-        )
+    def figure_mib(self, spec: TrainingSpec, model: str) -> int:
+        return self._estimator.estimate(spec, model).upper_mib
 
 
 class Oracle(_Static):
