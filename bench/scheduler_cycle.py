@@ -6,8 +6,11 @@ Builds snapshots of 125 to 1,000 nodes x 8 GPUs (a mix of T4, V100-32GB, A100-40
 and H100-80GB nodes, half their GPUs already holding a job) with 10,000 pending jobs
 (per-model memory demands from 1 to 30 GiB; 5% gang jobs of 2 to 8 GPUs; 10% with a
 model constraint; priorities 0-3) and times `Scheduler.place`, the pure core the
-service runs each cycle. The baseline, timed in the same run, is the same pipeline
-without its per-model candidate limit, scoring every feasible GPU for every job.
+service runs each cycle: bounded (the default `max_attempts_per_cycle`), unbounded, and
+the next cycle (the placed jobs hold their GPUs and left the queue) with and without the
+first cycle's parked jobs handed back. The baseline, timed in the same run, is the same
+pipeline without its per-model candidate limit or bound, scoring every feasible GPU for
+every job.
 
     .venv/bin/python bench/scheduler_cycle.py --live [--pg URL]
 
@@ -25,6 +28,7 @@ import argparse
 import random
 import statistics
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from pg_baseline import DEFAULT_PG, insert_rate, scratch_database
@@ -35,7 +39,7 @@ from service.jobs.models import Allocation, Attempt, Job
 from service.nodes.models import Gpu, Node
 from service.scheduler.framework import SchedulerConfig
 from service.scheduler.placement import Scheduler
-from service.scheduler.snapshot import GpuView, NodeView, PendingJob, Snapshot
+from service.scheduler.snapshot import GpuView, NodeView, Parked, PendingJob, Plan, Snapshot
 from service.scheduling.plan_writer import write_plan
 from service.scheduling.snapshot_reader import read_snapshot
 
@@ -90,15 +94,28 @@ def snapshot(nodes: int, seed: int = 0) -> Snapshot:
     return Snapshot(tuple(node_views), tuple(gpus), tuple(pending))
 
 
-def timed(scheduler: Scheduler, snap: Snapshot, repeats: int = 3) -> tuple[float, int]:
+def timed(
+    scheduler: Scheduler, snap: Snapshot, repeats: int = 3, parked: Parked | None = None
+) -> tuple[float, Plan]:
     best = float("inf")
-    placed = 0
+    plan = Plan()
     for _ in range(repeats):
         started = time.perf_counter()
-        plan = scheduler.place(snap)
+        plan = scheduler.place(snap, parked)
         best = min(best, time.perf_counter() - started)
-        placed = len(plan.placements)
-    return best, placed
+    return best, plan
+
+
+def after(snap: Snapshot, plan: Plan) -> Snapshot:
+    """The next cycle's snapshot: `plan`'s placements hold their GPUs and left the queue."""
+    gpus = {gpu.id: gpu for gpu in snap.gpus}
+    for placement in plan.placements:
+        for gpu_id, mib in zip(placement.gpu_ids, placement.reserved_mib, strict=True):
+            gpu = gpus[gpu_id]
+            gpus[gpu_id] = replace(gpu, reserved_mib=gpu.reserved_mib + mib, jobs=gpu.jobs + 1)
+    placed = {placement.job_id for placement in plan.placements}
+    pending = tuple(job for job in snap.pending if job.id not in placed)
+    return replace(snap, gpus=tuple(gpus.values()), pending=pending)
 
 
 def seed_live(session: Session, busy: bool, seed: int = 0) -> None:
@@ -216,21 +233,42 @@ def main() -> None:
     if args.live:
         live_cycle(args.pg)
         return
-    scheduler = Scheduler(SchedulerConfig())
-    print("| nodes x 8 GPUs | pending | placed | cycle (s) | vs 125 nodes |")
-    print("|---|---|---|---|---|")
-    first = None
-    for nodes in (125, 250, 500, 1000):
-        seconds, placed = timed(scheduler, snapshot(nodes))
-        first = first or seconds
-        print(f"| {nodes} x 8 | {PENDING} | {placed} | {seconds:.3f} | {seconds / first:.2f}x |")
-    unlimited = Scheduler(SchedulerConfig(candidates_per_model=10**9))
-    big = snapshot(1000)
-    base_s, base_placed = timed(unlimited, big, repeats=1)
-    ours_s, ours_placed = timed(scheduler, big)
+    pure_cycle()
+
+
+def pure_cycle() -> None:
+    """`Scheduler.place` alone: bounded (the default), unbounded, and the cycle after an
+    unbounded one (its jobs that found no room parked), against the exhaustive baseline."""
+    bounded = Scheduler(SchedulerConfig())
+    unbounded = Scheduler(SchedulerConfig(max_attempts_per_cycle=None))
+    limit = bounded.config.max_attempts_per_cycle
     print(
-        f"\nbaseline (no candidate limit), 1000 x 8: {base_s:.3f} s, {base_placed} placed; "
-        f"Colloc {ours_s:.3f} s, {ours_placed} placed; speed-up {base_s / ours_s:.1f}x"
+        f"| nodes x 8 GPUs | pending | placed, bounded ({limit} searches) | cycle (s) "
+        "| placed, unbounded | cycle (s) | next cycle: pending | parked | cycle (s) "
+        "| next cycle unparked (s) |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for nodes in (125, 250, 500, 1000):
+        snap = snapshot(nodes)
+        bounded_s, bounded_plan = timed(bounded, snap)
+        unbounded_s, plan = timed(unbounded, snap)
+        following = after(snap, plan)
+        parked_s, _ = timed(unbounded, following, parked=plan.parked)
+        fresh_s, _ = timed(unbounded, following)
+        print(
+            f"| {nodes} x 8 | {PENDING} | {len(bounded_plan.placements)} | {bounded_s:.3f} "
+            f"| {len(plan.placements)} | {unbounded_s:.3f} | {len(following.pending)} "
+            f"| {len(plan.parked.jobs)} | {parked_s:.3f} | {fresh_s:.3f} |",
+            flush=True,
+        )
+    exhaustive = Scheduler(SchedulerConfig(candidates_per_model=10**9, max_attempts_per_cycle=None))
+    big = snapshot(1000)
+    base_s, base_plan = timed(exhaustive, big, repeats=1)
+    ours_s, ours_plan = timed(unbounded, big)
+    print(
+        f"\nbaseline (no candidate limit, no bound), 1000 x 8: {base_s:.3f} s, "
+        f"{len(base_plan.placements)} placed; Colloc unbounded {ours_s:.3f} s, "
+        f"{len(ours_plan.placements)} placed; speed-up {base_s / ours_s:.1f}x"
     )
 
 
