@@ -22,7 +22,7 @@ from service.deps import IdFilter, Offset, SessionDep, SettingsDep
 from service.events.service import EventFilters, count_events, list_events
 from service.filters import GpuModel, JobFiltersDep, Owner, TimeRangeDep, resolve_gpu_model
 from service.jobs import queries as jobs
-from service.jobs.schemas import JobList, JobRead
+from service.jobs.schemas import JobList, JobSummary
 from service.usage.service import series
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[Depends(allow("admin"))])
@@ -54,7 +54,7 @@ def get_jobs(
     """Every user's jobs, newest first: by state, owner, queue, the GPU model an
     attempt ran on, and submission time (`since` inclusive, `until` exclusive)."""
     found, total = jobs.list_jobs(session=session, filters=filters, limit=limit, offset=offset)
-    return JobList(jobs=[JobRead.model_validate(job) for job in found], total=total)
+    return JobList(jobs=[JobSummary.model_validate(job) for job in found], total=total)
 
 
 @router.get("/utilization", response_model=UtilizationRead)

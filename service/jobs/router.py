@@ -32,6 +32,7 @@ from service.jobs.schemas import (
     JobList,
     JobPriority,
     JobRead,
+    JobSummary,
     TrustedPeaks,
 )
 from service.logs import service as logs
@@ -103,7 +104,7 @@ def list_jobs(
     if caller.role != "admin":
         filters = replace(filters, owner=caller.name)
     jobs, total = queries.list_jobs(session=session, filters=filters, limit=limit, offset=offset)
-    return JobList(jobs=[JobRead.model_validate(job) for job in jobs], total=total)
+    return JobList(jobs=[JobSummary.model_validate(job) for job in jobs], total=total)
 
 
 @router.get("/{job_id}", response_model=JobRead)

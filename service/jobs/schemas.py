@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any
@@ -15,6 +16,8 @@ from service.scheduler.states import AttemptState, JobState
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")]
 Argument = Annotated[str, StringConstraints(max_length=4096)]
+# a job's command as lists show it, at most this many characters: a line of a wide table
+COMMAND_SHOWN = 200
 EnvName = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 ]
@@ -96,8 +99,8 @@ class AttemptRead(BaseModel):
         return sorted(gpus, key=lambda gpu: gpu.index)
 
 
-class JobRead(BaseModel):
-    """The API view of a job, its attempts and their GPUs (`JobRead.model_validate(job)`)."""
+class JobFields(BaseModel):
+    """What a job's list entry and its full view share."""
 
     model_config = ConfigDict(from_attributes=True)
 
@@ -107,7 +110,6 @@ class JobRead(BaseModel):
     queue: str
     priority: int
     state: JobState
-    command: list[str] = Field(validation_alias=_spec("command"))
     gpus: int
     gpu_models: list[str] | None = Field(default=None, validation_alias=_spec("gpu_models"))
     memory_mib: int | None
@@ -124,6 +126,25 @@ class JobRead(BaseModel):
     updated_at: datetime
     finished_at: datetime | None
     attempts: list[AttemptRead]
+
+
+class JobSummary(JobFields):
+    """A job as lists show it: without its spec (up to megabytes of training spec,
+    environment and arguments), its command shortened to COMMAND_SHOWN characters."""
+
+    command: str = Field(validation_alias=_spec("command"))
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _shortened(cls, command: list[str]) -> str:
+        line = shlex.join(command)
+        return line if len(line) <= COMMAND_SHOWN else line[: COMMAND_SHOWN - 1] + "…"
+
+
+class JobRead(JobFields):
+    """The API view of a job, its attempts and their GPUs (`JobRead.model_validate(job)`)."""
+
+    command: list[str] = Field(validation_alias=_spec("command"))
     estimates: list[Estimate]
     spec: dict[str, Any]  # the job as submitted (GPU model names made canonical)
 
@@ -136,7 +157,9 @@ class JobRead(BaseModel):
 
 
 class JobList(BaseModel):
-    jobs: list[JobRead]
+    """A page of jobs, summarised: `GET /v1/jobs/{id}` has each one whole."""
+
+    jobs: list[JobSummary]
     total: int
 
 

@@ -22,6 +22,7 @@ from service.logs.models import LogChunk
 from service.nodes.models import Gpu, Node
 from service.retention import prune_all
 from service.usage.models import UsageSample
+from tests.conftest import submit
 
 DAY = timedelta(days=1)
 
@@ -200,3 +201,22 @@ def test_the_log_api_reports_dropped_bytes(client: TestClient, settings: Setting
         logs.ingest(session, {attempt.id: [_chunk(100, b"tail")]}, 1024)  # 100 skipped
     body = client.get(f"/v1/jobs/{job_id}/logs").json()
     assert body["text"] == "tail" and body["dropped_bytes"] == 100
+
+
+def test_lists_carry_a_summary_of_each_job_and_the_job_itself_its_whole_spec(
+    client: TestClient,
+) -> None:
+    command = ["python", "train.py"] + ["x" * 4096] * 200  # about 800 KiB of arguments
+    training = {"model": {"catalog": "resnet18"}, "batch_size": 128, "image_size": 32}
+    env = {f"VAR_{i}": "y" * 4096 for i in range(100)}
+    job = submit(client, command=command, training=training, env=env, gpu_models=["H100"])
+    whole = client.get(f"/v1/jobs/{job['id']}").json()
+    assert whole["command"] == command and whole["spec"]["env"] == env
+    assert whole["spec"]["training"]["batch_size"] == 128
+    for path in ("/v1/jobs", "/v1/admin/jobs"):
+        response = client.get(path)
+        [entry] = response.json()["jobs"]
+        assert len(response.content) < 4096
+        assert not {"spec", "training", "env", "estimates"} & set(entry)
+        assert entry["command"].startswith("python train.py xxx") and len(entry["command"]) == 200
+        assert entry["gpu_models"] == whole["gpu_models"] and entry["gpus"] == 1
