@@ -200,11 +200,14 @@ PRUNERS: dict[str, Callable[[Session, Settings, datetime], int]] = {
 }
 
 
-def prune_all(sessions: sessionmaker[Session], settings: Settings) -> dict[str, int]:
-    """Prune every kind, a batch per transaction, until none is left past its limits;
-    returns how many of each went (attempts for logs)."""
+def prune_all(
+    sessions: sessionmaker[Session], settings: Settings, now: datetime | None = None
+) -> dict[str, int]:
+    """Prune every kind, a batch per transaction, until none is left past its limits at
+    `now` (the present unless a simulation says); returns how many of each went
+    (attempts for logs)."""
     removed = dict.fromkeys(PRUNERS, 0)
-    now = utcnow()
+    now = now or utcnow()
     for kind, prune in PRUNERS.items():
         while True:
             with transaction(sessions) as session:
