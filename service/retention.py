@@ -1,8 +1,9 @@
 """Pruning what the cluster no longer needs: finished jobs, events, log chunks and usage
 samples past their age or count limits (settings `retention_*`), in the background.
 
-Each kind is pruned oldest first in batches of `retention_batch_rows`, one short
-transaction per batch, so a backlog never holds the write lock for long. Nothing of a
+Each kind is pruned oldest first in batches of `retention_batch_rows`: a batch is found
+by reading, then deleted in one short transaction, so a backlog never holds the write
+lock for long. Nothing of a
 job that is not finished is ever removed.
 
 The estimator rebuilds its history at start-up from credible peaks of succeeded or OOM
@@ -22,7 +23,7 @@ from sqlalchemy import ColumnElement, delete, exists, func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.config import Settings
-from service.db import transaction, utcnow
+from service.db import read_transaction, transaction, utcnow
 from service.events.models import Event
 from service.jobs.models import Allocation, Attempt, Job, JobEstimate, Observation
 from service.logs.models import LogChunk
@@ -56,7 +57,7 @@ def _over_count(session: Session, ordered: Any, keep: int) -> Any:
     return session.scalar(ordered.offset(keep).limit(1))
 
 
-def _jobs_batch(session: Session, settings: Settings, now: datetime) -> list[int]:
+def find_jobs(session: Session, settings: Settings, now: datetime) -> list[int]:
     """Ids of finished jobs past their age or the count, not learned from, oldest first."""
     cutoff = now - timedelta(days=settings.retention_job_days)
     newest_first = (
@@ -77,8 +78,9 @@ def _jobs_batch(session: Session, settings: Settings, now: datetime) -> list[int
     )
 
 
-def _delete_jobs(session: Session, job_ids: list[int]) -> None:
-    """Remove these jobs and every row that refers to them."""
+def delete_jobs(session: Session, found: list[int]) -> None:
+    """Remove these jobs (those still finished) and every row that refers to them."""
+    job_ids = list(session.scalars(select(Job.id).where(Job.id.in_(found), _finished_jobs())))
     attempts = select(Attempt.id).where(Attempt.job_id.in_(job_ids))
     for model in (LogChunk, Allocation, Observation):
         session.execute(delete(model).where(model.attempt_id.in_(attempts)))
@@ -88,20 +90,12 @@ def _delete_jobs(session: Session, job_ids: list[int]) -> None:
     session.execute(delete(Job).where(Job.id.in_(job_ids)))
 
 
-def prune_jobs(session: Session, settings: Settings, now: datetime) -> int:
-    """One batch of finished jobs; returns how many were removed."""
-    job_ids = _jobs_batch(session, settings, now)
-    if job_ids:
-        _delete_jobs(session, job_ids)
-    return len(job_ids)
-
-
 def _active_job() -> ColumnElement[bool]:
     return exists().where(Job.id == Event.job_id, Job.state.not_in(FINAL_JOB_STATES))
 
 
-def prune_events(session: Session, settings: Settings, now: datetime) -> int:
-    """One batch of events past their age or the count (never an unfinished job's)."""
+def find_events(session: Session, settings: Settings, now: datetime) -> list[int]:
+    """A batch of events past their age or the count (never an unfinished job's)."""
     cutoff_id = session.scalar(
         select(Event.id).where(Event.at < now - timedelta(days=settings.retention_event_days))
         .order_by(Event.id.desc()).limit(1)
@@ -118,24 +112,19 @@ def prune_events(session: Session, settings: Settings, now: datetime) -> int:
             .limit(settings.retention_batch_rows)
         )
     )
-    if ids:
-        session.execute(delete(Event).where(Event.id.in_(ids)))
-    return len(ids)
+    return ids
 
 
 def _ended() -> ColumnElement[bool]:
     return Attempt.state.in_(ENDED_ATTEMPT_STATES) & Attempt.finished_at.is_not(None)
 
 
-def _delete_logs(session: Session, attempt_ids: list[int]) -> int:
-    if attempt_ids:
-        session.execute(delete(LogChunk).where(LogChunk.attempt_id.in_(attempt_ids)))
-    return len(attempt_ids)
+def delete_logs(session: Session, attempt_ids: list[int]) -> None:
+    session.execute(delete(LogChunk).where(LogChunk.attempt_id.in_(attempt_ids)))
 
 
-def prune_old_logs(session: Session, settings: Settings, now: datetime) -> int:
-    """The logs of a batch of attempts that ended before the age limit; returns how many
-    attempts' logs went."""
+def find_old_logs(session: Session, settings: Settings, now: datetime) -> list[int]:
+    """A batch of attempts that ended before the age limit and hold logs."""
     cutoff = now - timedelta(days=settings.retention_log_days)
     ids = session.scalars(
         select(Attempt.id)
@@ -144,16 +133,16 @@ def prune_old_logs(session: Session, settings: Settings, now: datetime) -> int:
         .order_by(Attempt.finished_at, Attempt.id)
         .limit(settings.retention_batch_rows)
     )
-    return _delete_logs(session, list(ids))
+    return list(ids)
 
 
-def prune_logs_past_total(session: Session, settings: Settings, now: datetime) -> int:
-    """While all logs together hold more than `retention_max_log_bytes`, the logs of the
-    attempts that ended first (a batch at most); returns how many attempts' logs went."""
+def find_logs_past_total(session: Session, settings: Settings, now: datetime) -> list[int]:
+    """While all logs together hold more than `retention_max_log_bytes`, the attempts
+    that ended first whose logs bring it within (a batch at most)."""
     held = session.scalar(select(func.coalesce(func.sum(LogChunk.size), 0)))
     excess = int(held or 0) - settings.retention_max_log_bytes
     if excess <= 0:
-        return 0
+        return []
     ids = []
     sizes = session.execute(
         select(Attempt.id, func.sum(LogChunk.size))
@@ -168,18 +157,18 @@ def prune_logs_past_total(session: Session, settings: Settings, now: datetime) -
             break
         ids.append(attempt_id)
         excess -= int(size)
-    return _delete_logs(session, ids)
+    return ids
 
 
-def prune_usage(session: Session, settings: Settings, now: datetime) -> int:
-    """One batch of usage samples past the count (the sampler drops them by age)."""
+def find_usage(session: Session, settings: Settings, now: datetime) -> list[int]:
+    """A batch of usage samples past the count (the sampler drops them by age)."""
     past_count = _over_count(
         session, select(UsageSample.id).order_by(UsageSample.id.desc()),
         settings.retention_max_usage_samples,
     )  # fmt: skip
     if past_count is None:
-        return 0
-    ids = list(
+        return []
+    return list(
         session.scalars(
             select(UsageSample.id)
             .where(UsageSample.id <= past_count)
@@ -187,33 +176,44 @@ def prune_usage(session: Session, settings: Settings, now: datetime) -> int:
             .limit(settings.retention_batch_rows)
         )
     )
-    session.execute(delete(UsageSample).where(UsageSample.id.in_(ids)))
-    return len(ids)
 
 
-PRUNERS: dict[str, Callable[[Session, Settings, datetime], int]] = {
-    "jobs": prune_jobs,
-    "events": prune_events,
-    "logs": prune_old_logs,
-    "logs past the total": prune_logs_past_total,
-    "usage samples": prune_usage,
+def _deleting(model: type[Event] | type[UsageSample]) -> Callable[[Session, list[int]], None]:
+    def delete_rows(session: Session, ids: list[int]) -> None:
+        session.execute(delete(model).where(model.id.in_(ids)))
+
+    return delete_rows
+
+
+Find = Callable[[Session, Settings, datetime], list[int]]
+# what each kind's rows past their limits are (ids), and how they are removed
+PRUNERS: dict[str, tuple[Find, Callable[[Session, list[int]], None]]] = {
+    "jobs": (find_jobs, delete_jobs),
+    "events": (find_events, _deleting(Event)),
+    "logs": (find_old_logs, delete_logs),
+    "logs past the total": (find_logs_past_total, delete_logs),
+    "usage samples": (find_usage, _deleting(UsageSample)),
 }
 
 
 def prune_all(
     sessions: sessionmaker[Session], settings: Settings, now: datetime | None = None
 ) -> dict[str, int]:
-    """Prune every kind, a batch per transaction, until none is left past its limits at
-    `now` (the present unless a simulation says); returns how many of each went
-    (attempts for logs)."""
+    """Prune every kind, a batch at a time, until none is left past its limits at `now`
+    (the present unless a simulation says); returns how many of each went (attempts for
+    logs). Each batch is found in a read transaction and removed in a write one, so
+    SQLite's write lock is held only while rows are deleted."""
     removed = dict.fromkeys(PRUNERS, 0)
     now = now or utcnow()
-    for kind, prune in PRUNERS.items():
+    for kind, (find, remove) in PRUNERS.items():
         while True:
-            with transaction(sessions) as session:
-                count = prune(session, settings, now)
-            removed[kind] += count
-            if count < settings.retention_batch_rows:
+            with read_transaction(sessions) as session:
+                ids = find(session, settings, now)
+            if ids:
+                with transaction(sessions) as session:
+                    remove(session, ids)
+            removed[kind] += len(ids)
+            if len(ids) < settings.retention_batch_rows:
                 break
     return removed
 
