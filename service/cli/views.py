@@ -94,7 +94,7 @@ def _node_row(node: dict[str, Any], wide: bool) -> list[str]:
     models = Counter(short_gpu(g["model"]) for g in gpus)
     unhealthy = sum(1 for g in gpus if not g["healthy"])
     jobs = {a["job_id"] for g in gpus for a in g["allocations"]} if wide else set()
-    admin = node.get("admin_state", "active") if wide else "active"  # cordoned, draining
+    admin = node["admin_state"] if wide else "active"  # or cordoned, draining
     row = [
         node["name"],
         node["state"]

@@ -10,12 +10,15 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
+from sqlalchemy import update
 
 from service.cli import build_parser, run_command
 from service.config import Settings
 from service.db import transaction, utcnow
 from service.jobs.lifecycle import stop_overdue
 from service.nodes.admin import enforce_drain_deadlines
+from service.nodes.models import Node
+from service.scheduling.loop import SchedulerLoop
 from tests.conftest import bearer, make_token, register_node, submit
 from tests.service.test_lifecycle import beat, cycle, exited, job_of, running
 
@@ -217,3 +220,25 @@ def test_queue_time_limits_read_as_durations() -> None:
     assert settings.max_time_limit_s("gpu") == 60
     with pytest.raises(ValidationError, match="not a duration"):
         Settings(queue_default_time_limit_s={"*": "soon"})
+
+
+def test_the_scheduling_loop_enforces_time_limits_and_drain_deadlines(client: TestClient) -> None:
+    """One tick of the loop, on an attempt that started 2 minutes ago with a 1-minute
+    limit and a node whose drain deadline is already past."""
+    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    limited = submit(client, memory_mib=1000, time_limit=60)["id"]
+    drained = submit(client, memory_mib=1000)["id"]
+    cycle(client)
+    beat(client, node)
+    started = (utcnow() - timedelta(minutes=2)).isoformat()
+    reports = [{**running(job), "started_at": started} for job in (limited, drained)]
+    beat(client, node, reports)
+    client.post("/v1/nodes/n1/drain", json={"deadline": 1})
+    sessions = client.app.state.sessions  # type: ignore[attr-defined]
+    with transaction(sessions) as session:
+        session.execute(update(Node).values(drain_deadline=utcnow() - timedelta(seconds=1)))
+    state = client.app.state  # type: ignore[attr-defined]
+    SchedulerLoop(sessions, state.settings, state.scheduler, state.estimator_state)._tick()
+    assert events(client, "job.time_limit") and events(client, "node.drain_deadline")
+    cancelled = beat(client, node, reports)["cancellations"]
+    assert sorted(c["job_id"] for c in cancelled) == [limited, drained]
