@@ -190,6 +190,9 @@ def explain(
         )
         summary = placed[0].message if placed else "never placed"
         return ExplanationRead(job_id=job_id, state=job.state, summary=summary, gpus=[])
+    if job.held:  # left out of the scheduler's snapshot until released
+        summary = f"{job.reason}: not scheduled until released"
+        return ExplanationRead(job_id=job_id, state=job.state, summary=summary, gpus=[])
     explanation = explain_job(session, scheduler, job_id, estimator)
     return ExplanationRead(
         job_id=job_id,

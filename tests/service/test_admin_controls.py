@@ -40,6 +40,8 @@ def test_a_held_job_waits_until_released(client: TestClient, database_url: str) 
     assert held["held"] and held["reason"] == "held by alice"
     cycle(client)
     assert job_of(client, job)["state"] == "pending"
+    why = client.get(f"/v1/jobs/{job}/explain", headers=alice).json()["summary"]
+    assert why == "held by alice: not scheduled until released"
     assert client.post(f"/v1/jobs/{job}/release", headers=alice).json()["held"] is False
     cycle(client)
     assert job_of(client, job)["state"] == "placed"
