@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
+from sqlalchemy.orm import Session
 
+from service.db import lock_placements
 from service.nodes import service as nodes
 from tests.conftest import register_node, submit
 from tests.service.test_lifecycle import cycle
@@ -72,8 +74,12 @@ def statements() -> Iterator[list[str]]:
 def locks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How often heartbeats took the placement lock."""
     taken: list[int] = []
-    real = nodes.lock_placements
-    monkeypatch.setattr(nodes, "lock_placements", lambda s: (taken.append(1), real(s))[1])
+
+    def counted(session: Session) -> None:
+        taken.append(1)
+        lock_placements(session)
+
+    monkeypatch.setattr(nodes, "lock_placements", counted)
     return taken
 
 
