@@ -25,18 +25,24 @@ from service.nodes.admin import enforce_drain_deadlines
 from service.nodes.service import expire_leases
 from service.periodic import Periodic
 from service.scheduler.placement import Scheduler
-from service.scheduler.snapshot import Plan
+from service.scheduler.snapshot import Parked, Plan
 from service.scheduling.plan_writer import write_plan
 from service.scheduling.snapshot_reader import read_snapshot
 
 log = logging.getLogger(__name__)
 
 
-def run_cycle(session: Session, scheduler: Scheduler, estimator: Estimator | None = None) -> Plan:
-    """Place what can be placed now, inside the caller's transaction."""
+def run_cycle(
+    session: Session,
+    scheduler: Scheduler,
+    estimator: Estimator | None = None,
+    parked: Parked | None = None,
+) -> Plan:
+    """Place what can be placed now, inside the caller's transaction (`parked`: the last
+    plan's, whose jobs wait unsearched while nothing they could use gained room)."""
     lock_placements(session)
     rows = read_snapshot(session, scheduler.config.headroom_mib, estimator)
-    plan = scheduler.place(rows.snapshot)
+    plan = scheduler.place(rows.snapshot, parked)
     write_plan(session, rows, plan)
     return plan
 
@@ -63,6 +69,8 @@ class SchedulerLoop:
         self._refit: threading.Thread | None = None
         self._last_refit = time.monotonic()
         self._up_since = utcnow()  # made at start-up: agents' silence counts from here
+        self._parked: Parked | None = None  # a plan whose commit failed parks nothing wrong:
+        # the GPUs it would have filled show more room, so its jobs are searched again
 
     def start(self) -> None:
         self._loop.start()
@@ -79,7 +87,8 @@ class SchedulerLoop:
                 enforce_drain_deadlines(session=session, now=utcnow())
             started = time.perf_counter()
             with transaction(self._sessions) as session:
-                run_cycle(session, self._scheduler, self._estimators.sync(session))
+                estimator = self._estimators.sync(session)
+                self._parked = run_cycle(session, self._scheduler, estimator, self._parked).parked
             if self._on_cycle is not None:
                 self._on_cycle(time.perf_counter() - started)
         finally:  # a refit is due whether or not the cycle went through
