@@ -110,6 +110,19 @@ def client(settings: Settings, admin_token: str) -> Iterator[TestClient]:
 
 
 @pytest.fixture
+def through_app(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> TestClient:
+    """The CLI's HTTP calls go to the app (at http://colloc)."""
+
+    def answer(method: str, url: str, **kwargs: Any) -> Any:
+        kwargs.pop("timeout")
+        kwargs.pop("verify")
+        return client.request(method, url.removeprefix("http://colloc"), **kwargs)
+
+    monkeypatch.setattr("service.cli.client.httpx.request", answer)
+    return client
+
+
+@pytest.fixture
 def make_client(settings: Settings, admin_token: str) -> Iterator[Any]:
     """Apps on the test database with some settings changed (e.g. the scheduler on)."""
     clients: list[TestClient] = []

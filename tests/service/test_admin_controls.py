@@ -164,19 +164,6 @@ def test_tokens_are_made_listed_and_revoked_over_the_api(
     assert len(events(client, "token.revoked")) == 1
 
 
-@pytest.fixture
-def through_app(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> TestClient:
-    """The CLI's HTTP calls go to the app (at http://colloc)."""
-
-    def answer(method: str, url: str, **kwargs: Any) -> Any:
-        kwargs.pop("timeout")
-        kwargs.pop("verify")
-        return client.request(method, url.removeprefix("http://colloc"), **kwargs)
-
-    monkeypatch.setattr("service.cli.client.httpx.request", answer)
-    return client
-
-
 def colloc(*words: str) -> int:
     return run_command(build_parser().parse_args([*words, "--server", "http://colloc"]))
 

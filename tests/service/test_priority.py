@@ -54,14 +54,9 @@ def test_admins_change_a_jobs_priority(client: TestClient, database_url: str) ->
     assert client.post(path, json={"priority": 1}).status_code == 409
 
 
-def test_the_priority_command(client: TestClient, capsys: Any, monkeypatch: Any) -> None:
+def test_the_priority_command(through_app: TestClient, capsys: Any) -> None:
+    client = through_app
     created = client.post("/v1/jobs", json={"name": "j", "command": ["a"]}).json()
-
-    def through_app(method: str, url: str, **kwargs: Any) -> Any:
-        kwargs.pop("timeout")
-        return client.request(method, url.removeprefix("http://colloc"), **kwargs)
-
-    monkeypatch.setattr("service.cli.client.httpx.request", through_app)
     args = build_parser().parse_args(
         ["priority", str(created["id"]), "7", "--server", "http://colloc"]
     )
