@@ -151,26 +151,38 @@ class Agent:
             self.running.setdefault(key, (now, assignment["gpu_uuids"], mib))
 
 
+async def send_heartbeat(
+    http: httpx.AsyncClient,
+    agent: Agent,
+    body: dict[str, Any],
+    now: float,
+    latencies: Latencies,
+) -> int:
+    """Post one heartbeat, time it into `latencies` and apply the server's reply to the
+    agent; returns how many jobs the reply placed on it."""
+    started = time.perf_counter()
+    try:
+        response = await http.post(
+            f"/v1/nodes/{agent.node_id}/heartbeat", json=body, headers=agent.headers
+        )
+        latencies.add(started, response.status_code)
+        if response.status_code == 200:
+            reply = response.json()
+            agent.apply(reply, now)
+            return len(reply["assignments"])
+    except httpx.HTTPError as exc:
+        latencies.add(started, type(exc).__name__)
+    return 0
+
+
 async def run_agent(
     http: httpx.AsyncClient, agent: Agent, step: Step, until: float, rng: random.Random
 ) -> None:
     await asyncio.sleep(rng.uniform(0, HEARTBEAT_S))  # agents start out of step
     while time.monotonic() < until:
         began = time.monotonic()
-        started = time.perf_counter()
-        try:
-            response = await http.post(
-                f"/v1/nodes/{agent.node_id}/heartbeat",
-                json=agent.heartbeat(began),
-                headers=agent.headers,
-            )
-            step.heartbeats.add(started, response.status_code)
-            if response.status_code == 200:
-                reply = response.json()
-                step.placed += len(reply["assignments"])
-                agent.apply(reply, began)
-        except httpx.HTTPError as exc:
-            step.heartbeats.add(started, type(exc).__name__)
+        body = agent.heartbeat(began)
+        step.placed += await send_heartbeat(http, agent, body, began, step.heartbeats)
         await asyncio.sleep(max(0.0, HEARTBEAT_S - (time.monotonic() - began)))
 
 
@@ -376,18 +388,7 @@ async def heartbeat_clients(
             now = time.monotonic()
             body = agent.heartbeat(now)
             phase.attempts_carried += len(body["attempts"])
-            started = time.perf_counter()
-            try:
-                response = await http.post(
-                    f"/v1/nodes/{agent.node_id}/heartbeat", json=body, headers=agent.headers
-                )
-                phase.latencies.add(started, response.status_code)
-                if response.status_code == 200:
-                    reply = response.json()
-                    phase.placed += len(reply["assignments"])
-                    agent.apply(reply, now)
-            except httpx.HTTPError as exc:
-                phase.latencies.add(started, type(exc).__name__)
+            phase.placed += await send_heartbeat(http, agent, body, now, phase.latencies)
             free.put_nowait(agent)
 
     await asyncio.gather(*(loop() for _ in range(clients)))
