@@ -16,7 +16,9 @@ from tests.e2e.harness import LocalColloc, running, simjob
 
 @pytest.fixture
 def colloc(tmp_path: Path, database_url: str) -> Iterator[LocalColloc]:
-    with running(tmp_path, database_url) as local:
+    # the outage below must be shorter than the lease less 2 heartbeats, or the agent
+    # fences (stops) its jobs: it cannot tell a server outage from a partition
+    with running(tmp_path, database_url, {"COLLOC_NODE_LEASE_S": "60"}) as local:
         yield local
 
 

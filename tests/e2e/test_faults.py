@@ -19,7 +19,9 @@ from sqlalchemy.engine import make_url
 
 from tests.e2e.harness import FINAL, LocalColloc, running, simjob
 
-LEASE = {"COLLOC_NODE_LEASE_S": "3"}
+# longer than a server restart plus 2 heartbeats: agents fence their jobs (stop them)
+# once unanswered that long, as they cannot tell a server outage from a partition
+LEASE = {"COLLOC_NODE_LEASE_S": "10"}
 
 
 @pytest.fixture
@@ -99,7 +101,7 @@ def test_server_killed_during_placement_cycles(colloc: LocalColloc) -> None:
 
 
 def test_agent_silent_past_its_lease(colloc: LocalColloc) -> None:
-    job = submit(colloc, "survivor", 2000, 15)
+    job = submit(colloc, "survivor", 2000, 30)  # still running when its agent resumes
     first = colloc.wait_for(job, {"running"})["attempts"][0]
     silent = first["node"]
     agent = colloc.agents[silent]
