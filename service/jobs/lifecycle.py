@@ -104,22 +104,26 @@ def hold(*, session: Session, job: Job, by: str) -> Job:
         raise ApiError(
             409, "not_pending", f"job {job.id} is {job.state}: only a pending job is held"
         )
-    if not job.held:
-        job.held = True
-        job.reason = f"held by {by}"
-        job.updated_at = utcnow()
-        record(session=session, kind="job.held", job_id=job.id, message=job.reason)
+    _set_held(session=session, job=job, held=True, by=by)
     return job
 
 
 def release(*, session: Session, job: Job, by: str) -> Job:
     """Let a held job be scheduled again."""
-    if job.held:
-        job.held = False
-        job.reason = f"released by {by}"
-        job.updated_at = utcnow()
-        record(session=session, kind="job.released", job_id=job.id, message=job.reason)
+    _set_held(session=session, job=job, held=False, by=by)
     return job
+
+
+def _set_held(*, session: Session, job: Job, held: bool, by: str) -> None:
+    """Hold or release a job, saying who did it; nothing happens (no event) when it
+    already is so, so that repeating either is harmless."""
+    if job.held == held:
+        return
+    job.held = held
+    job.reason = f"held by {by}" if held else f"released by {by}"
+    job.updated_at = utcnow()
+    kind = "job.held" if held else "job.released"
+    record(session=session, kind=kind, job_id=job.id, message=job.reason)
 
 
 def requeue(*, session: Session, job: Job, why: str) -> Job:
