@@ -151,6 +151,25 @@ class Agent:
             self.running.setdefault(key, (now, assignment["gpu_uuids"], mib))
 
 
+async def timed_post(
+    http: httpx.AsyncClient,
+    path: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    latencies: Latencies,
+) -> httpx.Response | None:
+    """POST `body`, timing it into `latencies` under its status, or under the error's
+    name when no answer came (None then)."""
+    started = time.perf_counter()
+    try:
+        response = await http.post(path, json=body, headers=headers)
+    except httpx.HTTPError as exc:
+        latencies.add(started, type(exc).__name__)
+        return None
+    latencies.add(started, response.status_code)
+    return response
+
+
 async def send_heartbeat(
     http: httpx.AsyncClient,
     agent: Agent,
@@ -160,19 +179,13 @@ async def send_heartbeat(
 ) -> int:
     """Post one heartbeat, time it into `latencies` and apply the server's reply to the
     agent; returns how many jobs the reply placed on it."""
-    started = time.perf_counter()
-    try:
-        response = await http.post(
-            f"/v1/nodes/{agent.node_id}/heartbeat", json=body, headers=agent.headers
-        )
-        latencies.add(started, response.status_code)
-        if response.status_code == 200:
-            reply = response.json()
-            agent.apply(reply, now)
-            return len(reply["assignments"])
-    except httpx.HTTPError as exc:
-        latencies.add(started, type(exc).__name__)
-    return 0
+    path = f"/v1/nodes/{agent.node_id}/heartbeat"
+    response = await timed_post(http, path, body, agent.headers, latencies)
+    if response is None or response.status_code != 200:
+        return 0
+    reply = response.json()
+    agent.apply(reply, now)
+    return len(reply["assignments"])
 
 
 async def run_agent(
@@ -199,12 +212,7 @@ async def run_submitter(
             "command": ["true"],
             "memory_mib": rng.choice([1000, 2000, 4000, 8000]),
         }
-        started = time.perf_counter()
-        try:
-            response = await http.post("/v1/jobs", json=body, headers=headers)
-            step.submissions.add(started, response.status_code)
-        except httpx.HTTPError as exc:
-            step.submissions.add(started, type(exc).__name__)
+        await timed_post(http, "/v1/jobs", body, headers, step.submissions)
 
     began = time.monotonic()
     while time.monotonic() < until:
@@ -234,13 +242,19 @@ async def cycle_totals(http: httpx.AsyncClient, headers: dict[str, str]) -> tupl
     )
 
 
+def bench_client(url: str) -> httpx.AsyncClient:
+    """The client both modes drive the server with: connections enough for every
+    agent and submitter at once."""
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    return httpx.AsyncClient(base_url=url, timeout=60, limits=limits)
+
+
 async def run_steps(
     url: str, admin: dict[str, str], agents: list[Agent], args: argparse.Namespace
 ) -> list[tuple[Step, float]]:
     """Each step, then a pause for the backlog to drain before the next one starts."""
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     results = []
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+    async with bench_client(url) as http:
         registered = Latencies()
         for agent in agents:
             started = time.perf_counter()
@@ -408,12 +422,7 @@ async def submit_clients(
                 "memory_mib": rng.choice([1000, 2000, 4000, 8000]),
             }
             n += 1
-            started = time.perf_counter()
-            try:
-                response = await http.post("/v1/jobs", json=body, headers=headers)
-                phase.latencies.add(started, response.status_code)
-            except httpx.HTTPError as exc:
-                phase.latencies.add(started, type(exc).__name__)
+            await timed_post(http, "/v1/jobs", body, headers, phase.latencies)
 
     await asyncio.gather(*(loop(client) for client in range(clients)))
 
@@ -421,9 +430,8 @@ async def submit_clients(
 async def run_phases(
     url: str, admin: dict[str, str], agents: list[Agent], args: argparse.Namespace
 ) -> list[tuple[Phase, float]]:
-    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
     results = []
-    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as http:
+    async with bench_client(url) as http:
         for name in ("idle heartbeats", "submits", "busy heartbeats"):
             phase = Phase(name)
             before = await cycle_totals(http, admin)
