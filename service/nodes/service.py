@@ -141,9 +141,10 @@ def heartbeat(
     """Apply one agent report and tell the agent what to start and stop.
 
     Everything is read before anything is written, so the placement lock, taken only
-    when this report changes a reservation or an attempt's state, is never waited for
-    while holding a row a scheduling cycle may write. Rows are read and written one
-    statement per kind, whatever the number of attempts reported."""
+    when this report changes a reservation or an attempt's state or the reply sends an
+    attempt, is never waited for while holding a row a scheduling cycle or lease expiry
+    may write. Rows are read and written one statement per kind, whatever the number of
+    attempts reported."""
     gpus = {gpu.uuid: gpu for gpu in node.gpus}
     _reject_duplicates([state.uuid for state in body.gpus])
     unknown = [state.uuid for state in body.gpus if state.uuid not in gpus]
@@ -155,7 +156,7 @@ def heartbeat(
     active = _active_attempts(session, node.id)
     known = _attempts_of(session, node.id, [(r.job_id, r.attempt) for r in reports])
     late = {key for r in reports if _late_success(known.get(key := (r.job_id, r.attempt)), r)}
-    if late or _changes_reservations(active, reports, settings):
+    if late or _changes_reservations(active, reports, settings) or _sends(active, reports):
         lock_placements(session)
         active = _active_attempts(session, node.id, fresh=True)  # as the lock holder sees it
     now = utcnow()
@@ -306,6 +307,20 @@ def _changes_reservations(
             ):
                 return True
     return False
+
+
+def _sends(active: dict[tuple[int, int], Attempt], reports: list[AttemptReport]) -> bool:
+    """Whether the reply may send an attempt to the agent (a placed one it does not
+    report and nobody asked to stop). It is then read again under the placement lock: a
+    transaction holding it may have just ended it (withdrawn by a late success, taken
+    back unstarted), and an agent must never be sent an ended attempt."""
+    reported = {(r.job_id, r.attempt) for r in reports}
+    return any(
+        key not in reported
+        and attempt.state == AttemptState.PLACED
+        and not (attempt.job.cancel_requested or attempt.job.preempt_requested)
+        for key, attempt in active.items()
+    )
 
 
 def _update_gpu(

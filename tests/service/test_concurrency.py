@@ -5,20 +5,32 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import text
+from sqlalchemy.orm import Session
 
+from service.config import Settings
 from service.db import lock_placements, transaction
+from service.nodes import service as nodes
+from service.scheduling import loop, snapshot_reader
 from service.scheduling.loop import run_cycle
 from tests.conftest import register_node, submit
+from tests.service.test_late_reports import A100, lose, second_node_beat, wait_out_fencing
+from tests.service.test_lifecycle import beat, cycle, exited, running
+
+
+def postgres_only(database_url: str) -> None:
+    if not database_url.startswith("postgresql"):
+        pytest.skip("SQLite serialises every write transaction already")
 
 
 def test_a_cycle_waits_for_another_replicas_transaction(
     client: TestClient, database_url: str
 ) -> None:
-    if not database_url.startswith("postgresql"):
-        pytest.skip("SQLite serialises every write transaction already")
+    postgres_only(database_url)
     state = client.app.state  # type: ignore[attr-defined]
     register_node(client, "n1", [("Tesla T4", 15360)])
     submit(client, memory_mib=1000)
@@ -68,3 +80,83 @@ def test_concurrent_retries_with_one_idempotency_key_make_one_job(client: TestCl
     assert sorted(status for status, _id in answers) == [200] * 11 + [201]
     assert len({job_id for _status, job_id in answers}) == 1
     assert client.get("/v1/jobs").json()["total"] == 1
+
+
+def test_an_attempt_withdrawn_while_a_heartbeat_reads_is_not_sent(
+    client: TestClient, settings: Settings, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Attempt 1 lost with n1, attempt 2 placed on n2; n1 reports attempt 1 succeeded,
+    withdrawing attempt 2, just after n2's heartbeat read attempt 2 as placed: n2's reply
+    must not send it (its agent would run a job that already succeeded)."""
+    postgres_only(database_url)
+    n1 = register_node(client, "n1", [(A100, 40960)])
+    job = submit(client, memory_mib=30000)["id"]
+    cycle(client)
+    beat(client, n1, [running(job)])
+    lose(client, settings, "n1")
+    n2 = register_node(client, "n2", [(A100, 40960)])
+    wait_out_fencing(client, job)
+    cycle(client)
+    assert client.get(f"/v1/jobs/{job}").json()["attempts"][1]["state"] == "placed"
+    read = nodes._active_attempts
+    raced: list[int] = []
+
+    def read_then_withdraw(
+        session: Session, node_id: int, fresh: bool = False
+    ) -> dict[tuple[int, int], Any]:
+        found = read(session, node_id, fresh)
+        if node_id == n2 and not raced:
+            raced.append(node_id)
+            beat(client, n1, [exited(job, code=0)])  # another transaction, committed
+        return found
+
+    monkeypatch.setattr(nodes, "_active_attempts", read_then_withdraw)
+    reply = second_node_beat(client, n2, [])
+    assert raced == [n2]
+    assert reply["assignments"] == []
+    done = client.get(f"/v1/jobs/{job}").json()
+    assert [a["state"] for a in done["attempts"]] == ["succeeded", "cancelled"]
+
+
+@pytest.mark.parametrize("action", ["hold", "cancel"])
+def test_a_job_held_or_cancelled_while_a_cycle_places_it_stays_so(
+    client: TestClient, database_url: str, monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    """The user's hold (or cancellation) comes between a cycle's snapshot and its write:
+    either it waits for the cycle (and finds the job placed) or the cycle sees it; the
+    job is never placed as well as held or cancelled."""
+    postgres_only(database_url)
+    state = client.app.state  # type: ignore[attr-defined]
+    register_node(client, "n1", [("Tesla T4", 15360)])
+    job = submit(client, memory_mib=1000)["id"]
+    answers: list[Any] = []
+    asking = threading.Thread(
+        target=lambda: answers.append(client.post(f"/v1/jobs/{job}/{action}"))
+    )
+    read = snapshot_reader.read_snapshot
+
+    def read_then_ask(*args: Any) -> Any:
+        rows = read(*args)
+        asking.start()
+        waiting = False
+        while asking.is_alive() and not waiting:  # until it is done or waits for the lock
+            with state.sessions() as probe:
+                waiting = bool(
+                    probe.scalar(
+                        text(
+                            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                            "AND NOT granted"
+                        )
+                    )
+                )
+        return rows
+
+    monkeypatch.setattr(loop, "read_snapshot", read_then_ask)
+    cycle(client)
+    asking.join()
+    shown = client.get(f"/v1/jobs/{job}").json()
+    assert shown["state"] == "placed"  # the hold or cancellation waited for the cycle
+    if action == "hold":
+        assert answers[0].status_code == 409 and not shown["held"]
+    else:
+        assert answers[0].status_code == 200 and shown["cancel_requested"]
