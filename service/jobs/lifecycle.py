@@ -60,6 +60,8 @@ def hold_unschedulable(*, session: Session, job: Job, problem: str) -> None:
 
 def cancel(*, session: Session, job: Job) -> Job:
     """Cancel a pending job at once; ask the agent to stop an active one."""
+    if job.state in (JobState.PENDING, JobState.PLACED):
+        _lock_against_placement(session, job)
     if job.state in FINAL_JOB_STATES:
         raise ApiError(409, "already_finished", f"job {job.id} already ended ({job.state})")
     now = utcnow()
@@ -100,12 +102,21 @@ def time_limit_for(settings: Settings, queue: str, asked_s: int | None) -> int |
 
 def hold(*, session: Session, job: Job, by: str) -> Job:
     """Keep a pending job from being scheduled until it is released."""
+    _lock_against_placement(session, job)
     if job.state != JobState.PENDING:
         raise ApiError(
             409, "not_pending", f"job {job.id} is {job.state}: only a pending job is held"
         )
     _set_held(session=session, job=job, held=True, by=by)
     return job
+
+
+def _lock_against_placement(session: Session, job: Job) -> None:
+    """Take the placement lock and read `job` again as its holder sees it: a scheduling
+    cycle holds the lock from its snapshot to its write, so a job held or cancelled while
+    it waits is never placed by a cycle that read it before."""
+    lock_placements(session)
+    session.refresh(job)
 
 
 def release(*, session: Session, job: Job, by: str) -> Job:
