@@ -61,14 +61,15 @@ def ended_as(
     timed_out: bool = False,
 ) -> AttemptState:
     """How an attempt ended: one that was asked to stop and did not succeed ended
-    preempted (the scheduler or an admin's requeue asked), timeout (it ran past its time
-    limit) or cancelled (its user asked)."""
+    timeout (it ran past its time limit), preempted (the scheduler or a requeue asked) or
+    cancelled (its user asked). Past its limit it ends timeout even if a preemption or
+    requeue was asked too: a job does not wait again with its time spent."""
     if outcome == AttemptState.SUCCEEDED:
         return outcome
-    if preempt_requested:
-        return AttemptState.PREEMPTED
     if timed_out:
         return AttemptState.TIMEOUT
+    if preempt_requested:
+        return AttemptState.PREEMPTED
     if cancel_requested:
         return AttemptState.CANCELLED
     return outcome

@@ -71,3 +71,19 @@ def test_an_attempt_asked_to_stop_ended_as_asked_unless_it_succeeded() -> None:
     assert ended(AttemptState.OOM, False, True) == AttemptState.CANCELLED
     assert ended(AttemptState.SUCCEEDED, True, True) == AttemptState.SUCCEEDED
     assert ended(AttemptState.FAILED, False, False) == AttemptState.FAILED
+
+
+def test_an_attempt_past_its_time_limit_ends_timeout_even_if_also_preempted() -> None:
+    """A requeue or preemption asked after the time limit did not reset it: the job
+    does not wait again with its time spent."""
+    for preempt in (True, False):
+        ended = ended_as(
+            AttemptState.CANCELLED, preempt_requested=preempt, cancel_requested=True, timed_out=True
+        )
+        assert ended == AttemptState.TIMEOUT
+    assert (
+        ended_as(
+            AttemptState.SUCCEEDED, preempt_requested=True, cancel_requested=True, timed_out=True
+        )
+        == AttemptState.SUCCEEDED
+    )
