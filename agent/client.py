@@ -21,11 +21,23 @@ def tls_verification(ca_file: Path | None) -> ssl.SSLContext | bool:
 
 
 class ServerError(Exception):
-    """The server answered with an error; `status` is its HTTP status."""
+    """The server answered with an error; `status` is its HTTP status, `retry_after_s`
+    its Retry-After in seconds where it gave one (a 503 when shedding load)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(f"{status}: {message}")
         self.status = status
+        self.retry_after_s = retry_after_s
+
+
+def retry_after_s(response: httpx.Response) -> float | None:
+    """Retry-After's delay in seconds; None where absent or an HTTP date (the server
+    sends whole seconds)."""
+    try:
+        seconds = float(response.headers["Retry-After"])
+    except (KeyError, ValueError):
+        return None
+    return seconds if seconds >= 0 else None
 
 
 class SchedulerClient:
@@ -55,7 +67,7 @@ class SchedulerClient:
                 message = response.json()["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 message = response.text[:500]
-            raise ServerError(response.status_code, message)
+            raise ServerError(response.status_code, message, retry_after_s(response))
         result: dict[str, Any] = response.json()
         return result
 

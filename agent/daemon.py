@@ -11,6 +11,7 @@ the agent stops them itself shortly before (self-fencing) and they end `lost`.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -43,6 +44,7 @@ from agent.protocol import (
     sum_known,
     wire,
 )
+from agent.shim import write_json
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +94,10 @@ class Agent:
         self.health = HealthTracker(config.xid_quarantine_s)
         self.node_id: int | None = None
         self.heartbeat_interval_s = 2.0
-        self.lease_s: float | None = None  # the server's, once a heartbeat was answered
+        self.lease_s: float | None = None  # the server's last word, or a kept one
         self._answered_at = time.monotonic()  # when the last answered heartbeat was sent
+        self._lease_path = config.state_dir / "lease.json"
+        self._load_lease()
         self._log_keep_bytes = DEFAULT_LOG_KEEP_BYTES
         self._totals = {d.uuid: d.memory_total_mib for d in backend.devices()}
         self._samples: list[GpuSample] = []
@@ -125,6 +129,8 @@ class Agent:
         reply = NodeRegistered.model_validate(self.client.register(wire(body)))
         self.node_id = reply.node_id
         self.heartbeat_interval_s = reply.heartbeat_interval_s
+        if reply.lease_s is not None:
+            self.lease_s = reply.lease_s
         log.info("registered as node %s (id %s)", self.config.name, self.node_id)
 
     def heartbeat(self) -> None:
@@ -139,6 +145,7 @@ class Agent:
             reports.append(job.report(logs))
         body = Heartbeat(gpus=[self._gpu_state(s) for s in self._samples], attempts=reports)
         sent = time.monotonic()  # the server heard it later: the lease runs from after this
+        sent_wall = time.time()
         try:
             answer = self.client.heartbeat(self.node_id, wire(body), self._wait_limit_s(sent))
             reply = HeartbeatReply.model_validate(answer)
@@ -152,6 +159,33 @@ class Agent:
             delivered = {notice.seq for notice in report.notices}
             job.notices = [n for n in job.notices if n.seq not in delivered]
         self._apply(reply)
+        self._save_lease(sent_wall)
+
+    def _save_lease(self, answered_wall: float) -> None:
+        """Keep the lease, and when (wall clock) the last answered heartbeat was sent,
+        so that an agent restarted while its node is cut off still fences in time."""
+        record = {
+            "lease_s": self.lease_s,
+            "heartbeat_interval_s": self.heartbeat_interval_s,
+            "answered_at": answered_wall,
+        }
+        write_json(self._lease_path, record)
+
+    def _load_lease(self) -> None:
+        """Fence from what an earlier agent process last heard: its jobs, adopted here,
+        are given away when that lease ends, whether or not this process ever reaches
+        the server. A missing or unreadable record leaves fencing to the first answer."""
+        try:
+            record = json.loads(self._lease_path.read_text(encoding="utf-8"))
+            lease_s = record["lease_s"]
+            interval_s = float(record["heartbeat_interval_s"])
+            answered_wall = float(record["answered_at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        self.lease_s = None if lease_s is None else float(lease_s)
+        self.heartbeat_interval_s = interval_s
+        # a wall clock set back cannot make the silence shorter than none
+        self._answered_at = time.monotonic() - max(0.0, time.time() - answered_wall)
 
     def _gpu_state(self, sample: GpuSample) -> GpuState:
         """The GPU's reading within the bounds the server accepts; what could not be
@@ -412,13 +446,30 @@ class Agent:
             self.heartbeat()
         except (httpx.TransportError, ServerError, ValidationError) as exc:
             self._failures += 1
-            backoff = min(
-                self.config.max_backoff_s, self.heartbeat_interval_s * 2.0 ** (self._failures - 1)
-            )
-            delay = backoff * random.uniform(0.5, 1.0)
+            delay = self._retry_delay_s(exc)
             log.warning("heartbeat failed (%s); retrying in %.1f s", exc, delay)
             return delay
         if self._failures:
             log.info("server reachable again after %d failed heartbeat(s)", self._failures)
         self._failures = 0
         return self.heartbeat_interval_s
+
+    def _retry_delay_s(self, exc: Exception) -> float:
+        """After a failed heartbeat: what a server shedding load asks (Retry-After, with
+        jitter above it so the refused nodes do not all come back at once), else an
+        exponential back-off with jitter. Before the fence point it is cut so that a
+        try lands an interval before it, then one each sample until it: a server back
+        in time is heard and the jobs ride through, however many tries failed before."""
+        retry_after_s = exc.retry_after_s if isinstance(exc, ServerError) else None
+        if retry_after_s is not None:
+            delay = min(self.config.max_backoff_s, retry_after_s) * random.uniform(1.0, 1.5)
+        else:
+            backoff = self.heartbeat_interval_s * 2.0 ** (self._failures - 1)
+            delay = min(self.config.max_backoff_s, backoff) * random.uniform(0.5, 1.0)
+        fence_at = self._fence_at()
+        now = time.monotonic()
+        if fence_at is not None and now < fence_at:
+            # the loop looks once a sample interval: no sooner than that
+            last_try = fence_at - self.heartbeat_interval_s - now
+            delay = min(delay, max(self.config.sample_interval_s, last_try))
+        return delay

@@ -122,6 +122,8 @@ class NodeRegister(Request):
 class NodeRegistered(Reply):
     node_id: int
     heartbeat_interval_s: float
+    # as HeartbeatReply.lease_s: a fresh agent can fence before any heartbeat is answered
+    lease_s: float | None = None
 
 
 # -- heartbeats ----------------------------------------------------------------------

@@ -20,6 +20,7 @@ from agent.backends.simulated import SimulatedBackend
 from agent.client import SchedulerClient
 from agent.cluster import parse_cluster
 from agent.daemon import Agent, AgentConfig
+from service.config import Settings
 from tests.agent.test_nvml import FakeNvml
 from tests.conftest import submit
 from tests.service.test_lifecycle import cycle, job_of
@@ -52,7 +53,7 @@ def gpus_of(client: TestClient) -> dict[str, dict[str, Any]]:
 
 
 def test_a_simulated_agent_runs_a_job_through_the_real_server(
-    client: TestClient, tmp_path: Path
+    client: TestClient, settings: Settings, tmp_path: Path
 ) -> None:
     cluster = {
         "nodes": [
@@ -72,6 +73,7 @@ def test_a_simulated_agent_runs_a_job_through_the_real_server(
     (node,) = parse_cluster(cluster)
     agent = agent_of(client, SimulatedBackend(node, tmp_path / "sim"), tmp_path, "sim")
     agent.register()
+    assert agent.lease_s == settings.node_lease_s  # known before any heartbeat is answered
     (gpu,) = gpus_of(client).values()
     device = agent.backend.devices()[0]
     assert gpu["uuid"] == device.uuid and gpu["memory_total_mib"] == 15360

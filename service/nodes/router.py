@@ -36,7 +36,11 @@ def register_node(
     _check_node(caller, body.name)
     node = service.register(session=session, body=body)
     session.commit()
-    return NodeRegistered(node_id=node.id, heartbeat_interval_s=settings.heartbeat_interval_s)
+    return NodeRegistered(
+        node_id=node.id,
+        heartbeat_interval_s=settings.heartbeat_interval_s,
+        lease_s=settings.node_lease_s,
+    )
 
 
 @router.post("/{node_id}/heartbeat", response_model=HeartbeatReply)
