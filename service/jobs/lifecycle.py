@@ -391,6 +391,9 @@ def take_back_unstarted(*, session: Session, settings: Settings, now: datetime) 
     )
     if stale:
         lock_placements(session)  # reservations are released here
+        for attempt in stale:  # a heartbeat may have started one before the lock was ours
+            session.refresh(attempt)
+        stale = [attempt for attempt in stale if attempt.state == AttemptState.PLACED]
     for attempt in stale:
         reason = (
             f"not started by node {attempt.node.name} within {settings.launch_timeout_s:g} s "

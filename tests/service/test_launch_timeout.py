@@ -5,6 +5,7 @@ but never starts it, is no longer sent it."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -12,9 +13,11 @@ from sqlalchemy import update
 
 from service.config import Settings
 from service.db import transaction, utcnow
+from service.jobs import lifecycle
 from service.jobs.lifecycle import take_back_unstarted
 from service.jobs.models import Attempt
 from tests.conftest import register_node, submit
+from tests.service.test_concurrency import postgres_only
 from tests.service.test_lifecycle import beat, cycle, running
 
 A100 = "NVIDIA A100-SXM4-40GB"
@@ -71,3 +74,25 @@ def test_a_started_attempt_is_never_taken_back(client: TestClient, settings: Set
 def test_a_launch_timeout_shorter_than_three_heartbeats_is_refused() -> None:
     with pytest.raises(ValueError, match="3 heartbeat intervals"):
         Settings(heartbeat_interval_s=5, launch_timeout_s=10)
+
+
+def test_an_attempt_started_while_the_take_back_waits_for_the_lock_is_kept(
+    client: TestClient, settings: Settings, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node starts the attempt between the take-back's read and its placement lock:
+    the take-back must see it running and leave it (on PostgreSQL, where the two can
+    interleave; SQLite serialises writers)."""
+    postgres_only(database_url)
+    n1 = register_node(client, "n1", [(A100, 40960)])
+    job = submit(client, memory_mib=30000)["id"]
+    cycle(client)
+    placed_ago(client, job, settings.launch_timeout_s + 1)
+    lock = lifecycle.lock_placements
+
+    def start_then_lock(session: Any) -> None:
+        beat(client, n1, [running(job)])  # the node's heartbeat, committed meanwhile
+        lock(session)
+
+    monkeypatch.setattr(lifecycle, "lock_placements", start_then_lock)
+    assert take_back(client, settings) == []
+    assert client.get(f"/v1/jobs/{job}").json()["attempts"][0]["state"] == "running"
