@@ -84,7 +84,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.estimator_state = estimator_state
     app.state.scheduler = scheduler
     app.state.instruments = instruments
-    app.add_middleware(LoadShedding, capacity=capacity)
+    # added last is outermost: BodyLimit caps the body LoadShedding reads before a slot
+    app.add_middleware(
+        LoadShedding, capacity=capacity, body_timeout_s=settings.request_body_timeout_s
+    )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestTimer, instruments=instruments)
     install_error_handlers(app)

@@ -53,12 +53,18 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./colloc.db"
     # larger request bodies are refused (413); a heartbeat carries at most 2 MiB of logs
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
-    # requests served at once; more get 503 with Retry-After at once. The server runs
-    # this many worker threads plus 2 for probes, and 2 pooled connections per thread plus
-    # 3 (service/load_shedding.py): PostgreSQL's max_connections must cover that. Most
+    # users' requests served at once, and as many agents' (register, heartbeat) in slots
+    # of their own; more get 503 with Retry-After at once. The server runs twice this many
+    # worker threads plus 2 for probes, and 2 pooled connections per thread plus 4
+    # (service/load_shedding.py): PostgreSQL's max_connections must cover that. Most
     # requests take the placement lock, so more at once only queue in the database
     # (bench/load.py at 250 agents: 12 threads served 23 heartbeats/s, 40 threads 16)
     max_requests_in_flight: int = Field(default=12, ge=1, le=100)
+    # a request's whole body must arrive within this long, before it takes a slot, else
+    # 408 and the connection closes: a client trickling a body holds no slot for long.
+    # The agent's client gives up on a request after 10 s (agent/client.py), and 10 s lets
+    # the default 8 MiB cap through at 0.8 MiB/s
+    request_body_timeout_s: float = Field(default=10.0, gt=0, le=600)
     # development only: every caller is an admin; `colloc server` then binds to loopback only
     auth_disabled: bool = False
     schedule_interval_s: float = Field(default=1.0, gt=0, le=300)

@@ -8,14 +8,22 @@ lock) those requests hold: the server deadlocks. So no more requests run than th
 threads, and the pool has a connection for each one any thread may ask for: no request
 ever waits for a thread, and no thread for a connection. Past that, a request gets 503
 with Retry-After without waiting, instead of queueing until its client gives up.
+
+A request takes its slot only once its whole body is in (within `request_body_timeout_s`,
+else 408): a client that sends headers and trickles its body, token or not, holds no
+slot. Agents' register and heartbeat have slots of their own, so no flood of users'
+requests (not even fast 401s) keeps heartbeats out and makes agents fence their jobs.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from enum import Enum
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+import anyio
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.errors import error_body
 
@@ -27,23 +35,57 @@ PROBE_SLOTS = 2
 # short read (service/auth/deps.py), when a dependency listed before the caller's
 # principal has already used the session.
 CONNECTIONS_PER_REQUEST = 2
-# The scheduler loop, the estimator refit thread and the usage sampler each hold one.
-BACKGROUND_CONNECTIONS = 3
+# One each, a session at a time, on their own threads: the scheduler loop (service/
+# scheduling/loop.py), the estimator refit it starts beside itself (one session for the
+# whole refit, and never two refits at once), the usage sampler (service/usage/
+# sampler.py) and the retention pruner (service/retention.py: its read and its delete
+# transactions one after the other).
+BACKGROUND_CONNECTIONS = 4
 # Seconds a refused client waits: the least whole number HTTP's Retry-After allows, as a
 # slot frees whenever any running request ends (the same as the database-down 503's).
 RETRY_AFTER_S = 1
 
 
+class Pool(Enum):
+    """Whose slots a request takes."""
+
+    USERS = "users"
+    AGENTS = "agents"
+    PROBES = "probes"
+
+
+def pool_of(method: str, path: str) -> Pool:
+    """Agents' two calls (agent/client.py) are POST /v1/nodes/register and POST
+    /v1/nodes/{id}/heartbeat; an admin's cordon, drain or resume under /v1/nodes is a
+    user's request."""
+    if path in PROBE_PATHS:
+        return Pool.PROBES
+    if method == "POST" and path.startswith("/v1/nodes/"):
+        rest = path.removeprefix("/v1/nodes/")
+        if rest == "register" or (rest.endswith("/heartbeat") and rest.count("/") == 1):
+            return Pool.AGENTS
+    return Pool.USERS
+
+
 @dataclass(frozen=True)
 class Capacity:
-    """How many requests run at once (`Settings.max_requests_in_flight`), and the
-    worker threads and pooled connections that lets them run without waiting."""
+    """How many users' requests run at once (`Settings.max_requests_in_flight`), and the
+    worker threads and pooled connections that lets them, agents' and probes' run
+    without waiting.
+
+    Agents get as many slots as users: max_requests_in_flight is the measured best
+    number of heartbeats at once (service/config.py: more only queue on the placement
+    lock), and with their own pool the agents keep that many whatever users send."""
 
     requests: int
 
     @property
+    def slots(self) -> dict[Pool, int]:
+        return {Pool.USERS: self.requests, Pool.AGENTS: self.requests, Pool.PROBES: PROBE_SLOTS}
+
+    @property
     def threads(self) -> int:
-        return self.requests + PROBE_SLOTS
+        return sum(self.slots.values())
 
     @property
     def connections(self) -> int:
@@ -51,36 +93,78 @@ class Capacity:
 
 
 class LoadShedding:
-    """ASGI middleware: at most `capacity.requests` requests (and PROBE_SLOTS probes) in
-    the app at once; any more are answered 503 with Retry-After straight away."""
+    """ASGI middleware: reads a request's whole body (within `body_timeout_s`, else 408),
+    then lets it into the app if its pool has a free slot; any more are answered 503
+    with Retry-After straight away. Sits inside BodyLimit, so the body read is capped."""
 
-    def __init__(self, app: ASGIApp, capacity: Capacity) -> None:
+    def __init__(self, app: ASGIApp, capacity: Capacity, body_timeout_s: float) -> None:
         self._app = app
-        self._limits = {False: capacity.requests, True: PROBE_SLOTS}
-        self._in_flight = {False: 0, True: 0}
+        self._limits = capacity.slots
+        self._in_flight = dict.fromkeys(Pool, 0)
+        self._body_timeout_s = body_timeout_s
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
-        probe = scope["path"] in PROBE_PATHS
-        # one event loop and no await between the check and the count: no lock needed
-        if self._in_flight[probe] >= self._limits[probe]:
-            await self._refuse(send, self._limits[probe])
+        body = await self._read_body(receive, send)
+        if body is None:  # answered already, or the client left
             return
-        self._in_flight[probe] += 1
-        try:
-            await self._app(scope, receive, send)
-        finally:
-            self._in_flight[probe] -= 1
+        pool = pool_of(scope["method"], scope["path"])
+        # one event loop and no await between the check and the count: no lock needed
+        if self._in_flight[pool] >= self._limits[pool]:
+            message = f"the server is at capacity ({self._limits[pool]} requests at once)"
+            await _answer(send, 503, "overloaded", f"{message}; retry shortly", RETRY_AFTER_S)
+            return
+        replayed = False
 
-    async def _refuse(self, send: Send, limit: int) -> None:
-        message = f"the server is at capacity ({limit} requests at once); retry shortly"
-        body = json.dumps(error_body("overloaded", message)).encode()
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"retry-after", str(RETRY_AFTER_S).encode()),
-        ]
-        await send({"type": "http.response.start", "status": 503, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        async def replay() -> Message:
+            nonlocal replayed
+            if replayed:  # the body is all given: what follows is the disconnect
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        self._in_flight[pool] += 1
+        try:
+            await self._app(scope, replay, send)
+        finally:
+            self._in_flight[pool] -= 1
+
+    async def _read_body(self, receive: Receive, send: Send) -> bytes | None:
+        """The whole body, or None once the client is answered (408, or BodyLimit's
+        413 for a chunked body past the cap) or has disconnected."""
+        chunks: list[bytes] = []
+        try:
+            with anyio.fail_after(self._body_timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return None
+                    chunks.append(message.get("body", b""))
+                    if not message.get("more_body", False):
+                        return b"".join(chunks)
+        except TimeoutError:
+            late = f"request body not received within {self._body_timeout_s:g} s"
+            await _answer(send, 408, "http_408", late)
+        except HTTPException as exc:  # raised in receive, outside the app's error handlers
+            await _answer(send, exc.status_code, f"http_{exc.status_code}", str(exc.detail))
+        return None
+
+
+async def _answer(
+    send: Send, status: int, code: str, message: str, retry_after_s: int | None = None
+) -> None:
+    """An error in the API's shape; a 4xx closes the connection, whose body was not all
+    read, and a 503 says when to retry."""
+    body = json.dumps(error_body(code, message)).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    if retry_after_s is None:
+        headers.append((b"connection", b"close"))
+    else:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
