@@ -12,8 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import update
 
 from service.config import Settings
-from service.db import transaction, utcnow
-from service.jobs import lifecycle
+from service.db import lock_placements, transaction, utcnow
 from service.jobs.lifecycle import take_back_unstarted
 from service.jobs.models import Attempt
 from tests.conftest import register_node, submit
@@ -87,12 +86,11 @@ def test_an_attempt_started_while_the_take_back_waits_for_the_lock_is_kept(
     job = submit(client, memory_mib=30000)["id"]
     cycle(client)
     placed_ago(client, job, settings.launch_timeout_s + 1)
-    lock = lifecycle.lock_placements
 
     def start_then_lock(session: Any) -> None:
         beat(client, n1, [running(job)])  # the node's heartbeat, committed meanwhile
-        lock(session)
+        lock_placements(session)
 
-    monkeypatch.setattr(lifecycle, "lock_placements", start_then_lock)
+    monkeypatch.setattr("service.jobs.lifecycle.lock_placements", start_then_lock)
     assert take_back(client, settings) == []
     assert client.get(f"/v1/jobs/{job}").json()["attempts"][0]["state"] == "running"
