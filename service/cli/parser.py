@@ -245,8 +245,11 @@ def _token_commands(commands: Any) -> None:
     token = commands.add_parser("token", help="create, list and revoke API tokens")
     actions = token.add_subparsers(dest="token_command", required=True, metavar="ACTION")
     # through the API when a server is named (an admin token), else on the database
-    # (--db): how the first admin token comes to be
+    # (--db): how the first admin token comes to be. COLLOC_SERVER is read only when no
+    # --db is given (service/cli/tokens.py): a database named on the line wins over the
+    # environment
     common = connection_options(server_default=None)
+    common.set_defaults(server=None)
     create = actions.add_parser(
         "create", parents=[common], help="make a token; its last output line is the token"
     )

@@ -8,6 +8,7 @@ comes to be (`colloc up` makes one for its data directory itself).
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -37,9 +38,13 @@ def _database(args: argparse.Namespace) -> Iterator[Session]:
 
 
 def _through_server(args: argparse.Namespace) -> bool:
-    """Whether to manage tokens through the API (a server named) or the database."""
-    if args.server and args.db:
-        raise CliError("name a server (--server, COLLOC_SERVER) or a database (--db), not both", 2)
+    """Whether to manage tokens through the API (a server named) or the database (`--db`,
+    which wins over a COLLOC_SERVER in the environment)."""
+    if args.db:
+        if args.server:
+            raise CliError("name a server (--server) or a database (--db), not both", 2)
+        return False
+    args.server = args.server or os.environ.get("COLLOC_SERVER")
     return bool(args.server)
 
 
