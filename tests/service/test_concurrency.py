@@ -18,8 +18,8 @@ from service.nodes import service as nodes
 from service.scheduling import loop, snapshot_reader
 from service.scheduling.loop import run_cycle
 from tests.conftest import register_node, submit
-from tests.service.test_late_reports import A100, lose, second_node_beat, wait_out_fencing
-from tests.service.test_lifecycle import beat, cycle, exited, running
+from tests.service.test_late_reports import placed_again_on_n2, second_node_beat
+from tests.service.test_lifecycle import beat, cycle, exited
 
 
 def postgres_only(database_url: str) -> None:
@@ -89,14 +89,7 @@ def test_an_attempt_withdrawn_while_a_heartbeat_reads_is_not_sent(
     withdrawing attempt 2, just after n2's heartbeat read attempt 2 as placed: n2's reply
     must not send it (its agent would run a job that already succeeded)."""
     postgres_only(database_url)
-    n1 = register_node(client, "n1", [(A100, 40960)])
-    job = submit(client, memory_mib=30000)["id"]
-    cycle(client)
-    beat(client, n1, [running(job)])
-    lose(client, settings, "n1")
-    n2 = register_node(client, "n2", [(A100, 40960)])
-    wait_out_fencing(client, job)
-    cycle(client)
+    n1, n2, job = placed_again_on_n2(client, settings)
     assert client.get(f"/v1/jobs/{job}").json()["attempts"][1]["state"] == "placed"
     read = nodes._active_attempts
     raced: list[int] = []

@@ -33,6 +33,26 @@ def lose(client: TestClient, settings: Settings, node: str) -> None:
     assert expire(client, settings) == [node]
 
 
+def lost_while_running(client: TestClient, settings: Settings) -> tuple[int, int]:
+    """A job running on node n1 when n1's lease ends: (n1's id, the job's id)."""
+    n1 = register_node(client, "n1", [(A100, 40960)])
+    job = submit(client, memory_mib=30000)["id"]
+    cycle(client)
+    beat(client, n1, [running(job)])
+    lose(client, settings, "n1")
+    return n1, job
+
+
+def placed_again_on_n2(client: TestClient, settings: Settings) -> tuple[int, int, int]:
+    """That job placed again, on a new node n2, once the fencing margin has passed:
+    (n1's id, n2's id, the job's id)."""
+    n1, job = lost_while_running(client, settings)
+    n2 = register_node(client, "n2", [(A100, 40960)])
+    wait_out_fencing(client, job)
+    cycle(client)
+    return n1, n2, job
+
+
 def second_node_beat(
     client: TestClient, node_id: int, attempts: list[dict[str, Any]]
 ) -> dict[str, Any]:
@@ -51,11 +71,7 @@ def test_heartbeat_replies_tell_the_agent_its_lease(client: TestClient, settings
 def test_a_job_lost_with_its_node_waits_out_the_fencing_margin(
     client: TestClient, settings: Settings
 ) -> None:
-    n1 = register_node(client, "n1", [(A100, 40960)])
-    job = submit(client, memory_mib=30000)["id"]
-    cycle(client)
-    beat(client, n1, [running(job)])
-    lose(client, settings, "n1")
+    _n1, job = lost_while_running(client, settings)
     register_node(client, "n2", [(A100, 40960)])
     shown = client.get(f"/v1/jobs/{job}").json()
     assert shown["state"] == "pending"
@@ -71,11 +87,7 @@ def test_a_job_lost_with_its_node_waits_out_the_fencing_margin(
 def test_a_success_reported_late_ends_the_job_and_it_is_not_run_again(
     client: TestClient, settings: Settings
 ) -> None:
-    n1 = register_node(client, "n1", [(A100, 40960)])
-    job = submit(client, memory_mib=30000)["id"]
-    cycle(client)
-    beat(client, n1, [running(job)])
-    lose(client, settings, "n1")
+    n1, job = lost_while_running(client, settings)
     assert client.get(f"/v1/jobs/{job}").json()["state"] == "pending"
 
     reply = beat(client, n1, [exited(job, code=0)])  # it had finished during the partition
@@ -94,14 +106,7 @@ def test_a_success_reported_late_ends_the_job_and_it_is_not_run_again(
 
 
 def test_a_late_success_withdraws_the_newer_attempt(client: TestClient, settings: Settings) -> None:
-    n1 = register_node(client, "n1", [(A100, 40960)])
-    job = submit(client, memory_mib=30000)["id"]
-    cycle(client)
-    beat(client, n1, [running(job)])
-    lose(client, settings, "n1")
-    n2 = register_node(client, "n2", [(A100, 40960)])
-    wait_out_fencing(client, job)
-    cycle(client)
+    n1, n2, job = placed_again_on_n2(client, settings)
     assert client.get(f"/v1/jobs/{job}").json()["attempts"][1]["node"] == "n2"
     second_node_beat(client, n2, [running(job, attempt=2)])  # the newer attempt runs
 
@@ -118,11 +123,7 @@ def test_a_late_success_withdraws_the_newer_attempt(client: TestClient, settings
 
 
 def test_a_late_failure_changes_nothing(client: TestClient, settings: Settings) -> None:
-    n1 = register_node(client, "n1", [(A100, 40960)])
-    job = submit(client, memory_mib=30000)["id"]
-    cycle(client)
-    beat(client, n1, [running(job)])
-    lose(client, settings, "n1")
+    n1, job = lost_while_running(client, settings)
     reply = beat(client, n1, [exited(job, code=0, outcome="lost")])  # fenced by its agent
     assert reply["acknowledged"] == [{"job_id": job, "attempt": 1}]
     shown = client.get(f"/v1/jobs/{job}").json()
