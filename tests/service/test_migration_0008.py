@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from alembic import command
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
 
 from service.config import normalise_database_url
@@ -39,35 +39,58 @@ def empty_database(request: pytest.FixtureRequest, tmp_path: object) -> Iterator
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def add_node_and_job(conn: Connection, *, gpu_used_mib: int, gpu_utilization_pct: int) -> None:
+    """A node with one T4 reading as given, and a succeeded job (id 1 each)."""
+    conn.execute(
+        text(
+            "INSERT INTO nodes (id, name, state, agent_version, registered_at, "
+            "last_heartbeat_at) VALUES (1, 'n', 'ready', 't', :now, :now)"
+        ),
+        {"now": NOW},
+    )
+    conn.execute(
+        text(
+            'INSERT INTO gpus (id, node_id, uuid, "index", model, memory_total_mib, '
+            "memory_used_mib, memory_foreign_mib, utilization_pct, healthy, updated_at) "
+            "VALUES (1, 1, 'g', 0, 'Tesla T4', 15360, :used, 0, :util, true, :now)"
+        ),
+        {"now": NOW, "used": gpu_used_mib, "util": gpu_utilization_pct},
+    )
+    conn.execute(
+        text(
+            "INSERT INTO jobs (id, name, owner, queue, priority, state, spec, gpus, "
+            "max_attempts, cancel_requested, preempt_requested, created_at, updated_at) "
+            "VALUES (1, 'j', 'a', 'default', 0, 'succeeded', '{}', 1, 1, false, false, "
+            ":now, :now)"
+        ),
+        {"now": NOW},
+    )
+
+
+def add_attempt_and_peak(conn: Connection) -> None:
+    """Job 1's succeeded attempt on GPU 1, and its observed peak (0 MiB)."""
+    conn.execute(
+        text(
+            "INSERT INTO attempts (id, job_id, number, node_id, state, reserved_mib, "
+            "placed_at, notice_seq) VALUES (1, 1, 1, 1, 'succeeded', 1, :now, 0)"
+        ),
+        {"now": NOW},
+    )
+    conn.execute(
+        text(
+            "INSERT INTO observations (attempt_id, gpu_id, gpu_model, peak_mib, created_at) "
+            "VALUES (1, 1, 'Tesla T4', 0, :now)"
+        ),
+        {"now": NOW},
+    )
+
+
 def test_old_rows_are_made_to_fit_the_new_rules(empty_database: str) -> None:
     url = normalise_database_url(empty_database)
     command.upgrade(alembic_config(url), "0007")
     engine = make_engine(url)
     with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO nodes (id, name, state, agent_version, registered_at, "
-                "last_heartbeat_at) VALUES (1, 'n', 'ready', 't', :now, :now)"
-            ),
-            {"now": NOW},
-        )
-        conn.execute(
-            text(
-                'INSERT INTO gpus (id, node_id, uuid, "index", model, memory_total_mib, '
-                "memory_used_mib, memory_foreign_mib, utilization_pct, healthy, updated_at) "
-                "VALUES (1, 1, 'g', 0, 'Tesla T4', 15360, 0, 0, 0, true, :now)"
-            ),
-            {"now": NOW},
-        )
-        conn.execute(
-            text(
-                "INSERT INTO jobs (id, name, owner, queue, priority, state, spec, gpus, "
-                "max_attempts, cancel_requested, preempt_requested, created_at, updated_at) "
-                "VALUES (1, 'j', 'a', 'default', 0, 'succeeded', '{}', 1, 1, false, false, "
-                ":now, :now)"
-            ),
-            {"now": NOW},
-        )
+        add_node_and_job(conn, gpu_used_mib=0, gpu_utilization_pct=0)
         conn.execute(
             text(
                 "INSERT INTO job_estimates (job_id, gpu_model, peak_mib, upper_mib, coverage, "
@@ -75,20 +98,7 @@ def test_old_rows_are_made_to_fit_the_new_rules(empty_database: str) -> None:
                 "VALUES (1, 'Tesla T4', -500, -450, 0.9, 'history', 'x', '{}')"
             )
         )
-        conn.execute(
-            text(
-                "INSERT INTO attempts (id, job_id, number, node_id, state, reserved_mib, "
-                "placed_at, notice_seq) VALUES (1, 1, 1, 1, 'succeeded', 1, :now, 0)"
-            ),
-            {"now": NOW},
-        )
-        conn.execute(
-            text(
-                "INSERT INTO observations (attempt_id, gpu_id, gpu_model, peak_mib, created_at) "
-                "VALUES (1, 1, 'Tesla T4', 0, :now)"
-            ),
-            {"now": NOW},
-        )
+        add_attempt_and_peak(conn)
     command.upgrade(alembic_config(url), "head")
     with engine.connect() as conn:
         estimate = conn.execute(text("SELECT peak_mib, upper_mib FROM job_estimates")).one()
