@@ -3,29 +3,31 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from anyio import to_thread
 from fastapi import FastAPI
 from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
 
 from service import api_docs
 from service.admin.router import router as admin_router
 from service.auth.router import router as accounts_router
 from service.auth.router import tokens_router
+from service.auth.tokens import agent_slot_hashes
 from service.body_limit import BodyLimit
 from service.cluster.router import router as cluster_router
 from service.config import Settings
 from service.dashboard.router import router as dashboard_router
 from service.dashboard.router import static_files
-from service.db import make_engine, make_sessionmaker, upgrade
+from service.db import make_engine, make_sessionmaker, read_transaction, upgrade
 from service.deps import SessionDep
 from service.errors import ERROR_RESPONSES, install_error_handlers
 from service.estimates.router import router as estimates_router
 from service.estimates.service import EstimatorState
 from service.jobs.router import router as jobs_router
-from service.load_shedding import Capacity, LoadShedding
+from service.load_shedding import AgentTokens, Capacity, LoadShedding
 from service.metrics.collector import ClusterCollector
 from service.metrics.instruments import Instruments, RequestTimer
 from service.metrics.router import router as metrics_router
@@ -37,6 +39,16 @@ from service.scheduling.loop import SchedulerLoop
 from service.usage.sampler import usage_sampler
 
 VERSION = "0.1.0"
+
+
+def _reader(sessions: sessionmaker[Session]) -> Callable[[], frozenset[str]]:
+    """Reads the tokens that may take the agents' request slots."""
+
+    def read() -> frozenset[str]:
+        with read_transaction(sessions) as session:
+            return agent_slot_hashes(session)
+
+    return read
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -86,7 +98,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.instruments = instruments
     # added last is outermost: BodyLimit caps the body LoadShedding reads before a slot
     app.add_middleware(
-        LoadShedding, capacity=capacity, body_timeout_s=settings.request_body_timeout_s
+        LoadShedding,
+        capacity=capacity,
+        body_timeout_s=settings.request_body_timeout_s,
+        agent_tokens=AgentTokens(None if settings.auth_disabled else _reader(sessions)),
     )
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestTimer, instruments=instruments)

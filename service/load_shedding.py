@@ -12,12 +12,19 @@ with Retry-After without waiting, instead of queueing until its client gives up.
 A request takes its slot only once its whole body is in (within `request_body_timeout_s`,
 else 408): a client that sends headers and trickles its body, token or not, holds no
 slot. Agents' register and heartbeat have slots of their own, so no flood of users'
-requests (not even fast 401s) keeps heartbeats out and makes agents fence their jobs.
+requests (not even fast 401s) keeps heartbeats out and makes agents fence their jobs;
+and only a request bearing an agent's (or an admin's) token takes one, so neither does a
+flood of tokenless or forged heartbeats: those queue for the users' slots, where the
+handler's authentication refuses them.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -25,6 +32,7 @@ import anyio
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.auth.tokens import hash_of
 from service.errors import error_body
 
 # Probes have slots of their own, so a load balancer or Prometheus still reaches a
@@ -38,9 +46,14 @@ CONNECTIONS_PER_REQUEST = 2
 # One each, a session at a time, on their own threads: the scheduler loop (service/
 # scheduling/loop.py), the estimator refit it starts beside itself (one session for the
 # whole refit, and never two refits at once), the usage sampler (service/usage/
-# sampler.py) and the retention pruner (service/retention.py: its read and its delete
-# transactions one after the other).
-BACKGROUND_CONNECTIONS = 4
+# sampler.py), the retention pruner (service/retention.py: its read and its delete
+# transactions one after the other) and AgentTokens' re-read (one at a time).
+BACKGROUND_CONNECTIONS = 5
+# How often, at most, a request whose token is not among the agents' known ones makes
+# AgentTokens read the tokens table again: a new agent token takes an agents' slot within
+# a second of its first use, and a flood of forged tokens costs one small read a second.
+AGENT_TOKENS_REFRESH_S = 1.0
+log = logging.getLogger(__name__)
 # Seconds a refused client waits: the least whole number HTTP's Retry-After allows, as a
 # slot frees whenever any running request ends (the same as the database-down 503's).
 RETRY_AFTER_S = 1
@@ -65,6 +78,55 @@ def pool_of(method: str, path: str) -> Pool:
         if rest == "register" or (rest.endswith("/heartbeat") and rest.count("/") == 1):
             return Pool.AGENTS
     return Pool.USERS
+
+
+class AgentTokens:
+    """Which bearer tokens may take the agents' slots: the SHA-256 hashes of unrevoked
+    agent and admin tokens (as service/auth/tokens.py stores them), re-read by `read` when
+    a token is not among them, at most once per `refresh_s`. This only chooses a pool;
+    the handler still authenticates every request (a token revoked since the last read
+    takes an agents' slot and is refused there)."""
+
+    def __init__(
+        self,
+        read: Callable[[], frozenset[str]] | None,
+        refresh_s: float = AGENT_TOKENS_REFRESH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read = read  # None: authentication is off, every caller is an admin
+        self._refresh_s = refresh_s
+        self._clock = clock
+        self._hashes: frozenset[str] = frozenset()
+        self._read_at = -math.inf
+        self._reading = anyio.Lock()
+        self._limiter = anyio.CapacityLimiter(1)  # its own thread: never a request's
+
+    async def admits(self, scope: Scope) -> bool:
+        if self._read is None:
+            return True
+        scheme, _, raw = _header(scope, b"authorization").partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip():
+            return False
+        digest = hash_of(raw.strip())
+        if digest not in self._hashes:
+            async with self._reading:  # one read at a time; those waiting reuse it
+                if self._clock() - self._read_at >= self._refresh_s:
+                    self._read_at = self._clock()
+                    await self._reread(self._read)
+        return digest in self._hashes
+
+    async def _reread(self, read: Callable[[], frozenset[str]]) -> None:
+        try:
+            self._hashes = await anyio.to_thread.run_sync(read, limiter=self._limiter)
+        except Exception:  # a database down: known tokens stay; the handler answers 503
+            log.warning("could not read the agents' tokens", exc_info=True)
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    for key, value in scope.get("headers", []):
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -97,11 +159,18 @@ class LoadShedding:
     then lets it into the app if its pool has a free slot; any more are answered 503
     with Retry-After straight away. Sits inside BodyLimit, so the body read is capped."""
 
-    def __init__(self, app: ASGIApp, capacity: Capacity, body_timeout_s: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        capacity: Capacity,
+        body_timeout_s: float,
+        agent_tokens: AgentTokens,
+    ) -> None:
         self._app = app
         self._limits = capacity.slots
         self._in_flight = dict.fromkeys(Pool, 0)
         self._body_timeout_s = body_timeout_s
+        self._agent_tokens = agent_tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -111,6 +180,8 @@ class LoadShedding:
         if body is None:  # answered already, or the client left
             return
         pool = pool_of(scope["method"], scope["path"])
+        if pool is Pool.AGENTS and not await self._agent_tokens.admits(scope):
+            pool = Pool.USERS
         # one event loop and no await between the check and the count: no lock needed
         if self._in_flight[pool] >= self._limits[pool]:
             message = f"the server is at capacity ({self._limits[pool]} requests at once)"

@@ -30,7 +30,7 @@ class Principal:
     role: str
 
 
-def _hash(raw: str) -> str:
+def hash_of(raw: str) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
@@ -44,7 +44,7 @@ def create(session: Session, *, role: str, name: str) -> tuple[ApiToken, str]:
     token = ApiToken(
         name=name,
         role=role,
-        token_hash=_hash(raw),
+        token_hash=hash_of(raw),
         prefix=raw[: len(TOKEN_PREFIX) + 6],
         created_at=utcnow(),
         revoked_at=None,
@@ -72,11 +72,22 @@ def is_valid(session: Session, raw: str) -> bool:
     return authenticate(session, raw) is not None
 
 
+def agent_slot_hashes(session: Session) -> frozenset[str]:
+    """The hashes of unrevoked tokens that may take the agents' request slots
+    (service/load_shedding.py): agents' and admins'."""
+    rows = session.scalars(
+        select(ApiToken.token_hash).where(
+            ApiToken.revoked_at.is_(None), ApiToken.role.in_(("agent", "admin"))
+        )
+    )
+    return frozenset(rows)
+
+
 def authenticate(session: Session, raw: str) -> Principal | None:
     """The holder of a valid, unrevoked token, or None."""
     if not raw.startswith(TOKEN_PREFIX) or len(raw) > MAX_TOKEN_LENGTH:
         return None
-    token = session.scalar(select(ApiToken).where(ApiToken.token_hash == _hash(raw)))
+    token = session.scalar(select(ApiToken).where(ApiToken.token_hash == hash_of(raw)))
     if token is None or token.revoked_at is not None:
         return None
     return Principal(name=token.name, role=token.role)

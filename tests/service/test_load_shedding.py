@@ -1,6 +1,7 @@
 """The in-flight bound: requests past it are refused at once, probes and agents have
 slots of their own, a slot is free again once its request ends, even by an error, and a
-request whose body has not all come takes no slot (and gets 408 past the deadline)."""
+request whose body has not all come takes no slot (and gets 408 past the deadline), and
+only agents' and admins' tokens take the agents' slots."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ import asyncio
 import json
 from typing import Any
 
+from fastapi.testclient import TestClient
 from starlette.types import Message, Receive, Scope, Send
 
 from service.app import create_app
+from service.auth.tokens import agent_slot_hashes, hash_of
 from service.config import Settings
-from service.load_shedding import PROBE_SLOTS, Capacity, LoadShedding
+from service.load_shedding import PROBE_SLOTS, AgentTokens, Capacity, LoadShedding
 from tests.conftest import bearer
 
 ANSWER_WITHIN_S = 30
@@ -32,7 +35,9 @@ class HeldApp:
         await send({"type": "http.response.body", "body": b"ok"})
 
 
-async def call(app: LoadShedding, path: str, method: str = "GET") -> dict[str, Any]:
+async def call(
+    app: LoadShedding, path: str, method: str = "GET", token: str | None = None
+) -> dict[str, Any]:
     sent: list[Message] = []
 
     async def receive() -> Message:
@@ -42,7 +47,8 @@ async def call(app: LoadShedding, path: str, method: str = "GET") -> dict[str, A
         sent.append(message)
 
     try:
-        await app({"type": "http", "method": method, "path": path, "headers": []}, receive, send)
+        given = [] if token is None else [(b"authorization", f"Bearer {token}".encode())]
+        await app({"type": "http", "method": method, "path": path, "headers": given}, receive, send)
     except RuntimeError:
         return {"status": "raised"}
     headers = {k.decode(): v.decode() for k, v in sent[0]["headers"]}
@@ -51,7 +57,9 @@ async def call(app: LoadShedding, path: str, method: str = "GET") -> dict[str, A
 
 async def scenario() -> None:
     held = HeldApp()
-    app = LoadShedding(held, Capacity(requests=1), body_timeout_s=10)
+    app = LoadShedding(
+        held, Capacity(requests=1), body_timeout_s=10, agent_tokens=AgentTokens(None)
+    )
     failing = asyncio.create_task(call(app, "/boom"))
     probes = [asyncio.create_task(call(app, "/healthz")) for _ in range(PROBE_SLOTS)]
     await asyncio.sleep(0)  # every task is now in flight, waiting for its release
@@ -173,3 +181,56 @@ def test_a_body_not_in_by_the_deadline_gets_408(settings: Settings, admin_token:
     assert start["status"] == 408
     assert (b"connection", b"close") in start["headers"]
     assert json.loads(body["body"])["error"]["code"] == "http_408"
+
+
+async def forged_heartbeats(reads: list[float]) -> None:
+    """A users' slot is taken; the agents' pool is free."""
+    now = [0.0]
+
+    def read() -> frozenset[str]:
+        reads.append(now[0])
+        return frozenset({hash_of("colloc_agent-token")})
+
+    held = HeldApp()
+    tokens = AgentTokens(read, refresh_s=1.0, clock=lambda: now[0])
+    app = LoadShedding(held, Capacity(requests=1), body_timeout_s=10, agent_tokens=tokens)
+    user = asyncio.create_task(call(app, "/v1/jobs"))
+    await asyncio.sleep(0)
+    path = "/v1/nodes/7/heartbeat"
+    assert (await call(app, path, "POST"))["status"] == 503  # tokenless: a user's slot
+    for forged in range(50):
+        assert (await call(app, path, "POST", f"colloc_forged{forged}"))["status"] == 503
+    assert reads == [0.0]  # the flood cost one read of the tokens
+    agent = asyncio.create_task(call(app, path, "POST", "colloc_agent-token"))
+    await asyncio.sleep(0)
+    assert not agent.done()  # admitted to the agents' pool, beside the full users' one
+    now[0] = 5.0
+    assert (await call(app, path, "POST", "colloc_forged"))["status"] == 503
+    assert reads == [0.0, 5.0]  # a later unknown token makes it read again
+    held.release.set()
+    assert (await agent)["status"] == 200
+    assert (await user)["status"] == 200
+
+
+def test_only_agents_tokens_take_the_agents_slots() -> None:
+    reads: list[float] = []
+    asyncio.run(forged_heartbeats(reads))
+
+
+def test_agents_and_admins_tokens_take_the_agents_slots(
+    settings: Settings, admin_token: str
+) -> None:
+    app = create_app(settings)
+    with TestClient(app) as client:
+        agent = client.post(
+            "/v1/admin/tokens", json={"role": "agent", "name": "n1"}, headers=bearer(admin_token)
+        )
+        assert agent.status_code == 201, agent.text
+        user = client.post(
+            "/v1/admin/tokens", json={"role": "user", "name": "ann"}, headers=bearer(admin_token)
+        )
+        with app.state.sessions() as session:
+            hashes = agent_slot_hashes(session)
+    assert hash_of(agent.json()["token"]) in hashes
+    assert hash_of(admin_token) in hashes
+    assert hash_of(user.json()["token"]) not in hashes
