@@ -72,6 +72,8 @@ def database_url(request: pytest.FixtureRequest) -> str:
         else:
             for table in reversed(Base.metadata.sorted_tables):
                 conn.execute(table.delete())
+            # ids count from 1 again, as RESTART IDENTITY makes them on PostgreSQL
+            conn.execute(text("DELETE FROM sqlite_sequence"))
     engine.dispose()
     return url
 

@@ -13,6 +13,9 @@ from service.db import Base, UtcDateTime
 
 class Event(Base):
     __tablename__ = "events"
+    # the audit log pages by id (`after_id`): an id SQLite gave again after pruning
+    # would be skipped by a reader past it (migration 0011; PostgreSQL never reuses)
+    __table_args__ = ({"sqlite_autoincrement": True},)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     at: Mapped[datetime] = mapped_column(UtcDateTime(), index=True)

@@ -39,9 +39,15 @@ def _state_column(states: type[StrEnum]) -> Any:
     )
 
 
+# SQLite without AUTOINCREMENT gives a deleted newest row's id to the next row: a pruned
+# job's id (and its attempts') would go to a new job that old references then name
+# (migration 0011). PostgreSQL's sequences never give an id twice.
+NEVER_REUSE_IDS = {"sqlite_autoincrement": True}
+
+
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (UniqueConstraint("owner", "idempotency_key"),)
+    __table_args__ = (UniqueConstraint("owner", "idempotency_key"), NEVER_REUSE_IDS)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(128))
@@ -79,7 +85,7 @@ class Job(Base):
 
 class Attempt(Base):
     __tablename__ = "attempts"
-    __table_args__ = (UniqueConstraint("job_id", "number"),)
+    __table_args__ = (UniqueConstraint("job_id", "number"), NEVER_REUSE_IDS)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
