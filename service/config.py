@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=64 * 1024, le=1024 * 1024 * 1024)
     # users' requests served at once, and as many agents' (register, heartbeat) in slots
     # of their own; more get 503 with Retry-After at once. The server runs twice this many
-    # worker threads plus 2 for probes, and 2 pooled connections per thread plus 4
+    # worker threads plus 2 for probes, and 2 pooled connections per thread plus 5
     # (service/load_shedding.py): PostgreSQL's max_connections must cover that. Most
     # requests take the placement lock, so more at once only queue in the database
     # (bench/load.py at 250 agents: 12 threads served 23 heartbeats/s, 40 threads 16)
