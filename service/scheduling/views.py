@@ -3,21 +3,17 @@ Reads only, without the placement lock; the loop is elsewhere (`loop`)."""
 
 from __future__ import annotations
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from estimator.estimate import Estimator
-from service.nodes.models import Gpu
 from service.scheduler.placement import Explanation, Scheduler
 from service.scheduler.snapshot import GpuView
-from service.scheduling.snapshot_reader import GPU_COLUMNS, gpu_view, held_now, read_snapshot
+from service.scheduling.snapshot_reader import held_now, read_cluster, read_snapshot
 
 
 def gpu_views(session: Session) -> dict[int, GpuView]:
     """Every GPU as the scheduler accounts for it, by id."""
-    held = held_now(session)
-    rows = session.execute(select(*GPU_COLUMNS).order_by(Gpu.id))
-    return {row.gpu_id: gpu_view(row, held) for row in rows}
+    return read_cluster(session, held_now(session))[1]
 
 
 def explain_job(
