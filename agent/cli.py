@@ -108,6 +108,8 @@ def run_agent(args: argparse.Namespace) -> int:
                 work_dir=settings.work_path(name),
                 gpu_confinement=settings.gpu_confinement,
                 self_fencing=settings.self_fencing,
+                ended_logs_keep_s=settings.ended_logs_keep_s,
+                ended_logs_max_bytes=settings.ended_logs_max_bytes,
             ),
         )
     except (

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from agent import logkeep
 from agent.accounts import MIN_JOB_UID, Identity, RunJobsAs
 from agent.confinement import Policy as ConfinementPolicy
 from agent.enforcement import Enforcement
@@ -54,6 +55,10 @@ class AgentSettings(BaseModel):
     # stop the jobs once the server has not answered for nearly its lease, before it
     # gives them to other nodes (off: a partition may run them twice at once)
     self_fencing: bool = True
+    # ended jobs' output files, once the server holds all of it (logs_dir/ended): kept
+    # this long, and at most this much on disk in all, the oldest removed first
+    ended_logs_keep_s: float = Field(default=logkeep.DEFAULT_KEEP_S, ge=0)
+    ended_logs_max_bytes: int = Field(default=logkeep.DEFAULT_MAX_BYTES, ge=0)
 
     def resolved_token(self) -> str | None:
         if self.token is not None and self.token_file is not None:

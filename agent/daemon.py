@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 from pydantic import ValidationError
 
-from agent import __version__, bounds, confinement, proctree
+from agent import __version__, bounds, confinement, logkeep, proctree
 from agent.accounts import AccountError, Identity
 from agent.backends.base import DeviceBackend, GpuSample
 from agent.client import SchedulerClient, ServerError
@@ -30,7 +30,7 @@ from agent.dirs import PRIVATE, TRAVERSE_ONLY, own_dir
 from agent.enforcement import Enforcement
 from agent.health import HealthTracker
 from agent.instance_lock import DirectoryLock
-from agent.job import JobProcess, RunStore
+from agent.job import STREAMS, JobProcess, RunStore
 from agent.launcher import adopt, fail_at_start, kill, kill_if_overdue, launch, poll, terminate
 from agent.logship import HEARTBEAT_BYTES, chunks, drained
 from agent.protocol import (
@@ -54,6 +54,9 @@ DEFAULT_LOG_KEEP_BYTES = 8 * 1024 * 1024
 # this much sooner than needed (a quarter: 6.5 s of the server defaults' 26 s), and an
 # unchanged lease is fsynced every 4th heartbeat at those defaults instead of each one.
 LEASE_RECORD_LAG = 0.25
+# How often ended jobs' files are looked over (agent/logkeep.py): they are kept for days
+# by default, so a minute late is nothing, and one directory listing a minute is cheap.
+ENDED_LOGS_SWEEP_S = 60.0
 
 
 def near_full_mib(total_mib: int) -> int:
@@ -77,6 +80,8 @@ class AgentConfig:
     work_dir: Path | None = None  # jobs' own directories; default: next to state_dir
     gpu_confinement: confinement.Policy = "stop"
     self_fencing: bool = True
+    ended_logs_keep_s: float = logkeep.DEFAULT_KEEP_S
+    ended_logs_max_bytes: int = logkeep.DEFAULT_MAX_BYTES
 
     def work_path(self) -> Path:
         return self.work_dir or self.state_dir.with_name(f"{self.state_dir.name}-work")
@@ -94,6 +99,7 @@ class Agent:
         # before adopting anything: one agent per state directory
         self.lock = DirectoryLock(config.state_dir, "colloc agent", "--state-dir")
         own_dir(config.logs_dir, PRIVATE)
+        self._ended_logs = own_dir(config.logs_dir / logkeep.ENDED, PRIVATE)
         self.work_dir = own_dir(config.work_path(), TRAVERSE_ONLY)
         self.store = RunStore(config.state_dir)
         self.health = HealthTracker(config.xid_quarantine_s)
@@ -252,6 +258,9 @@ class Agent:
             if job is not None and job.outcome is not None and (key not in held or drained(job)):
                 del self.jobs[key]
                 self.store.remove(job)
+                logkeep.retire(
+                    (job.log_path(stream) for stream in STREAMS), self._ended_logs, time.time()
+                )
         for ref in reply.cancellations:
             job = self.jobs.get((ref.job_id, ref.attempt))
             if job is not None:
@@ -435,13 +444,32 @@ class Agent:
 
     def run(self, stop: threading.Event) -> None:
         """Sample and heartbeat until `stop` is set; server outages only delay reports."""
-        next_heartbeat = time.monotonic()
+        next_heartbeat = next_sweep = time.monotonic()
         while not stop.is_set():
             self.sample()
             self.fence()
             if time.monotonic() >= next_heartbeat:
                 next_heartbeat = time.monotonic() + self._heartbeat_once()
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + ENDED_LOGS_SWEEP_S
+                self.sweep_ended_logs()
             stop.wait(self.config.sample_interval_s)
+
+    def sweep_ended_logs(self) -> int:
+        """Remove ended jobs' files past the age or size limit; how many went."""
+        try:
+            removed = logkeep.sweep(
+                self._ended_logs,
+                self.config.ended_logs_keep_s,
+                self.config.ended_logs_max_bytes,
+                time.time(),
+            )
+        except OSError as exc:  # the next sweep tries again
+            log.warning("could not look over %s: %s", self._ended_logs, exc)
+            return 0
+        if removed:
+            log.info("removed %d ended job output file(s) from %s", removed, self._ended_logs)
+        return removed
 
     def shutdown(self) -> None:
         """Stop the jobs `stop_jobs_on_exit` (launched here) and `stop_adopted_jobs_on_exit`

@@ -97,9 +97,9 @@ def test_a_job_runs_as_its_owner_in_a_clean_environment(root: Path, account: Acc
     assert env["HOME"] == account.home and env["USER"] == env["LOGNAME"] == account.name
     assert env["PATH"] == accounts.DEFAULT_PATH and env["MINE"] == "yes"
     # the agent's directories are its own; the job's output is readable by it alone
-    for private in (root / "state", root / "logs"):
+    for private in (root / "state", root / "logs", root / "logs" / "ended"):
         assert stat.S_IMODE(private.stat().st_mode) == 0o700
-    for log in (root / "logs").iterdir():
+    for log in (root / "logs").rglob("job-*"):  # ended jobs' files are in logs/ended
         assert stat.S_IMODE(log.stat().st_mode) == 0o600 and log.stat().st_uid == 0
     assert stat.S_IMODE((root / "work").stat().st_mode) == 0o711
 
