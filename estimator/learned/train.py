@@ -163,9 +163,38 @@ class Prepared:
     @property
     def log_ratio(self) -> NDArray[np.float64]:
         """log(measured model-dependent memory / analytical): the correction's target."""
-        used = np.maximum(self.measured_mib - self.fixed_mib, MIN_MODEL_SHARE * self.model_mib)
+        return self._log_ratio_over(self.fixed_mib)
+
+    @property
+    def bound_log_ratio(self) -> NDArray[np.float64]:
+        """The analytical margin's nonconformity score: the log-ratio a run's model terms
+        needed for the bound its environment got in training to cover it. That bound
+        adds the fixed cost's own allowance to the model terms' margin (`Estimator.
+        _modelled`): a learned offset's spread, or, where the environment's offset is not
+        learned, the largest training offset. A conformal margin holds for the score the
+        bound is built from (Vovk et al. 2005); the plain log-ratio would count an
+        unlearned stack's fixed cost (e.g. the CNN campaign's eager ~1.2 GiB) as model
+        error, and the bound would then charge it twice."""
+        unlearned = fixed_offset_spread(self.offsets)
+        by_key = {
+            key: self.offsets.margin_mib(key) if self.offsets.in_force(key) else unlearned
+            for key in {environment_of(row) for row in self.rows}
+        }
+        allowance = np.array([by_key[environment_of(row)] for row in self.rows])
+        return self._log_ratio_over(self.fixed_mib + allowance)
+
+    def _log_ratio_over(self, fixed_mib: NDArray[np.float64]) -> NDArray[np.float64]:
+        """log((measured - `fixed_mib`) / analytical model terms), the model terms taken
+        to have used at least MIN_MODEL_SHARE of their estimate."""
+        used = np.maximum(self.measured_mib - fixed_mib, MIN_MODEL_SHARE * self.model_mib)
         result: NDArray[np.float64] = np.log(used / self.model_mib)
         return result
+
+
+def fixed_offset_spread(offsets: FixedCostOffsets) -> float:
+    """The largest training environment's offset (at least 0): what a stack not learned
+    yet may add over the defaults, the allowance its bounds carry."""
+    return max([0.0, *offsets.offsets().values()])
 
 
 def environment_offsets(
@@ -231,11 +260,13 @@ def _ranges(data: Prepared) -> dict[str, list[float]]:
 
 
 def _analytical_margins(data: Prepared, coverage: float) -> dict[str, float]:
-    """Per kind, the margin the analytical model needed: conformal from enough runs,
-    the stated small-sample margin below that (`calibrated_margin`)."""
+    """Per kind, the margin the analytical model needed over each run's bound-shaped
+    score (`Prepared.bound_log_ratio`): conformal from enough runs, the stated
+    small-sample margin below that (`calibrated_margin`)."""
+    scores = data.bound_log_ratio
     return {
         str(kind): calibrated_margin(
-            data.log_ratio[data.kinds == kind], min(0.99, coverage + COVERAGE_SLACK)
+            scores[data.kinds == kind], min(0.99, coverage + COVERAGE_SLACK)
         ).log_ratio
         for kind in sorted(set(data.kinds))
     }
@@ -278,7 +309,7 @@ def train(rows: list[Measurement], coverage: float = 0.95, data_sha256: str = ""
         # each training environment's fixed-cost offset over the current-stack defaults,
         # and the largest of them: what an environment not learned yet may add
         "fixed_offsets_mib": {k: round(v, 1) for k, v in data.offsets.offsets().items()},
-        "fixed_offset_spread_mib": round(max([0.0, *data.offsets.offsets().values()]), 1),
+        "fixed_offset_spread_mib": round(fixed_offset_spread(data.offsets), 1),
         "corrections": calibration.kind_corrections,
         "data": {"sha256": data_sha256, "runs_used": len(data.rows), "skipped": data.skipped},
         "libraries": {

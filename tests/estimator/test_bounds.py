@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from estimator.estimate import Estimator
 from estimator.learned import measurements
 from estimator.learned.calibration import (
     SMALL_SAMPLE_WIDENING,
@@ -19,7 +20,7 @@ from estimator.learned.calibration import (
     min_conformal_points,
 )
 from estimator.learned.measurements import FALLS, SAME_PEAK, Run, implausible_runs
-from estimator.learned.train import prepare
+from estimator.learned.train import environment_of, prepare, train
 
 
 def test_no_conformal_claim_from_fewer_than_19_points_at_95() -> None:
@@ -96,3 +97,26 @@ def test_lucid_imagenet_runs_are_a_plausible_held_out_campaign() -> None:
     assert len(rows) == 12 and {r.gpu_model for r in rows} == {measurements.RTX_3090}
     assert {r.precision for r in rows} == {"fp32", "amp_fp16"}
     assert not any(r.implausible for r in measurements.flag_implausible(rows))
+
+
+def test_an_analytical_margin_charges_an_unlearned_stack_once() -> None:
+    """The CNN campaign's offset is never learned (no run small enough), so its runs'
+    bounds carry the unlearned-stack allowance (the MLP campaign's learned offset here).
+    The vision margin, from its 18 runs (no conformal claim), must then be the worst run
+    over that bound's own score widened by log 1.25: the worst run sits exactly 1.25x
+    under its bound's model part. Scored on the plain log-ratio, the stack was counted
+    as model error too and that run sat further under (the allowance charged twice)."""
+    table = measurements.read()
+    cnns = [r for r in table if r.source == "cnns"]
+    mlp = [r for r in table if r.source == "mlp_step1"][:300]
+    trained = train([*cnns, *mlp])
+    allowance = trained.manifest["fixed_offset_spread_mib"]
+    assert allowance > 500 and "vision" not in trained.manifest["domain"]["kinds"]
+    estimator = Estimator(trained)
+    under = []
+    for row in prepare(cnns).rows:
+        estimate = estimator.estimate(row.spec(), row.gpu_model, environment_of(row))
+        assert estimate.method == "analytical" and estimate.upper_mib >= row.measured_mib
+        floor = estimate.fixed_mib + allowance
+        under.append((estimate.upper_mib - floor) / (row.measured_mib - floor))
+    assert min(under) == pytest.approx(math.exp(SMALL_SAMPLE_WIDENING), rel=1e-3)
