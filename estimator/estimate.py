@@ -36,9 +36,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from estimator.analytical.context import fixed_cost
-from estimator.analytical.model import Breakdown, ModelShape, breakdown, communicates, resolve
+from estimator.analytical.model import Breakdown, breakdown, communicates, resolve
 from estimator.gpus import GpuDescription, canonical_gpu_name, describe
-from estimator.history import HISTORY_MARGIN, ObservationHistory
+from estimator.history import HISTORY_MARGIN, ObservationHistory, fingerprint
 from estimator.learned.artifact import Artifact, load
 from estimator.learned.features import NAMES, RANGED, features, model_kind
 from estimator.learned.measurements import Measurement, observation
@@ -58,6 +58,10 @@ MODEL_HISTORY = "+model-history"
 DOMAIN_FACTOR = 2.0
 # The breakdown's fixed-cost terms; the others are model-dependent.
 FIXED_TERMS = ("context", "workspaces", "communication", "fixed_offset")
+# (spec, GPU) pairs whose offset-free modelling an estimator keeps: a simulation's
+# 10,000 jobs draw on ~1,500 pairs; a service sees far fewer distinct specs between
+# restarts, and an entry is a few KiB.
+MODELLED_KEPT = 4096
 
 
 class Estimate(BaseModel):
@@ -112,11 +116,24 @@ def _scaled(terms: Breakdown, peak_mib: int, offset_mib: float) -> dict[str, int
     return {**rounded, **fixed}
 
 
+@dataclass(frozen=True)
+class _Models:
+    """What the models say of a spec on one GPU whatever the offsets: its breakdown,
+    and the model-dependent terms' point and bound by the calibration (in domain) or
+    the analytical model with its margin."""
+
+    terms: Breakdown
+    model_mib: float
+    model_upper_mib: float
+    method: str
+
+
 @dataclass
 class _Modelled:
     """What the models say of a spec on one GPU: the fixed cost (default + offset)
     and the model-dependent terms' point and bound."""
 
+    terms: Breakdown
     fixed_mib: float
     offset_mib: float
     model_mib: float
@@ -143,6 +160,12 @@ class Estimator:
     offsets: FixedCostOffsets = field(default_factory=FixedCostOffsets)
     gpus: dict[str, GpuDescription] = field(default_factory=dict)  # reported, by name
     environments: dict[str, tuple[str, ...]] = field(default_factory=dict)  # name -> keys
+    # `_models` by (spec fingerprint, GPU), for the artifact they were made with (oldest
+    # out first; a spec may hold lists, so it is no key itself)
+    _models_kept: dict[tuple[str, GpuDescription], _Models] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _models_artifact: Artifact | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def coverage(self) -> float:
@@ -197,9 +220,7 @@ class Estimator:
         (an offsets key; default: the GPU's model and driver). SpecError if `spec` is bad."""
         described = self.describe(gpu)
         name = described.name
-        shape = resolve(spec)
-        terms = breakdown(spec, described, shape)
-        modelled = self._modelled(spec, shape, terms, described, environment)
+        modelled = self._modelled(spec, described, environment)
         peaks = self.history.peaks_by_gpu(spec)
         observed = peaks.get(name)
         moved = None if observed is not None else self._moved_history(spec, peaks, modelled)
@@ -213,7 +234,7 @@ class Estimator:
             if above is not None and peak * above * (1 + HISTORY_MARGIN) > upper:
                 upper, method = peak * above * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
         peak = max(peak, 0.0)  # a tiny peak moved from a GPU of larger fixed cost is below 0
-        parts = _scaled(terms, round(peak), modelled.offset_mib)
+        parts = _scaled(modelled.terms, round(peak), modelled.offset_mib)
         note = described.note()
         return Estimate(
             gpu_model=name,
@@ -232,31 +253,26 @@ class Estimator:
             return (environment,)
         return self.environments.get(gpu.name) or (environment_key(gpu.name, gpu.driver_version),)
 
-    def _modelled(
-        self,
-        spec: TrainingSpec,
-        shape: ModelShape,
-        terms: Breakdown,
-        gpu: GpuDescription,
-        environment: str | None,
-        offset: bool = True,
-    ) -> _Modelled:
-        """Fixed cost and model-dependent terms: calibrated where in domain, else the
-        analytical terms with the margin they needed on the measured runs of the kind
-        (the largest kind's for a kind never measured). Without `offset`, the estimate
-        an environment's residuals are measured against."""
-        keys = self._environments(gpu, environment)
-        learned = any(self.offsets.in_force(k) for k in keys)
-        offset_mib = self.offsets.largest(keys) if offset else 0.0
+    def _models(self, spec: TrainingSpec, gpu: GpuDescription) -> _Models:
+        """The models' terms of `spec` on `gpu`, worked out once per pair: they depend
+        on neither the history nor the offsets, only on the calibration."""
+        if self._models_artifact is not self.artifact:
+            self._models_kept.clear()
+            self._models_artifact = self.artifact
+        key = (fingerprint(spec), gpu)
+        if key not in self._models_kept:
+            if len(self._models_kept) >= MODELLED_KEPT:
+                self._models_kept.pop(next(iter(self._models_kept)), None)
+            self._models_kept[key] = self._model_terms(spec, gpu)
+        return self._models_kept[key]
+
+    def _model_terms(self, spec: TrainingSpec, gpu: GpuDescription) -> _Models:
+        """Calibrated where in domain, else the analytical terms with the margin they
+        needed on the measured runs of the kind (the largest kind's for a kind never
+        measured)."""
+        shape = resolve(spec)
+        terms = breakdown(spec, gpu, shape)
         manifest = self.artifact.manifest if self.artifact else {}
-        # the fixed cost's own uncertainty, for the bound: a learned offset's spread, or,
-        # an environment not learned yet, a stack as costly as any measured one
-        if not offset:
-            fixed_margin = 0.0
-        elif learned:
-            fixed_margin = self.offsets.largest_margin(keys)
-        else:
-            fixed_margin = manifest.get("fixed_offset_spread_mib", 0.0)
         kind = model_kind(spec, shape)
         row = features(spec, shape, terms)
         model = terms.model_mib
@@ -270,7 +286,39 @@ class Estimator:
             margins = manifest.get("analytical_margins", {})
             margin = margins.get(kind, max(margins.values(), default=0.0))
             point, upper, method = model, model * math.exp(max(0.0, margin)), "analytical"
-        return _Modelled(terms.fixed.total, offset_mib, point, upper + fixed_margin, method)
+        return _Models(terms, point, upper, method)
+
+    def _modelled(
+        self,
+        spec: TrainingSpec,
+        gpu: GpuDescription,
+        environment: str | None,
+        offset: bool = True,
+    ) -> _Modelled:
+        """Fixed cost and model-dependent terms (`_models`), the bound widened by the
+        fixed cost's uncertainty. Without `offset`, the estimate an environment's
+        residuals are measured against."""
+        keys = self._environments(gpu, environment)
+        learned = any(self.offsets.in_force(k) for k in keys)
+        offset_mib = self.offsets.largest(keys) if offset else 0.0
+        manifest = self.artifact.manifest if self.artifact else {}
+        # the fixed cost's own uncertainty, for the bound: a learned offset's spread, or,
+        # an environment not learned yet, a stack as costly as any measured one
+        if not offset:
+            fixed_margin = 0.0
+        elif learned:
+            fixed_margin = self.offsets.largest_margin(keys)
+        else:
+            fixed_margin = manifest.get("fixed_offset_spread_mib", 0.0)
+        models = self._models(spec, gpu)
+        return _Modelled(
+            models.terms,
+            models.terms.fixed.total,
+            offset_mib,
+            models.model_mib,
+            models.model_upper_mib + fixed_margin,
+            models.method,
+        )
 
     def _moved_history(
         self, spec: TrainingSpec, peaks: dict[str, int], modelled: _Modelled
@@ -295,10 +343,7 @@ class Estimator:
     ) -> Residual:
         """How far an observed peak lay above the estimate made without any offset, and
         that estimate's model-dependent part: what `FixedCostOffsets.observe` takes."""
-        described = self.describe(gpu)
-        shape = resolve(spec)
-        terms = breakdown(spec, described, shape)
-        modelled = self._modelled(spec, shape, terms, described, environment, offset=False)
+        modelled = self._modelled(spec, self.describe(gpu), environment, offset=False)
         return Residual(peak_mib - modelled.peak_mib, modelled.model_mib)
 
     def learn_fixed_cost(
@@ -339,8 +384,7 @@ class Estimator:
     def _above_models(self, spec: TrainingSpec, gpu_model: str, mib: int) -> tuple[str, float]:
         """The GPU model's name, and `mib` over the models' peak estimate on it."""
         gpu = self.describe(gpu_model)
-        shape = resolve(spec)
-        modelled = self._modelled(spec, shape, breakdown(spec, gpu, shape), gpu, None)
+        modelled = self._modelled(spec, gpu, None)
         return gpu.name, mib / modelled.peak_mib
 
 

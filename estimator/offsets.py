@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -109,23 +109,46 @@ class Residual:
 class FixedCostOffsets:
     """Residuals of finished runs by environment, and the offsets they give."""
 
+    # changed through `observe` and `load` only, which keep `_small` and the window
     residuals: dict[str, list[Residual]] = field(default_factory=dict)
+    # each environment's deciding runs in order, kept as runs come and go (every
+    # figure is asked for after every run; filtering all runs each time was quadratic)
+    _small: dict[str, list[Residual]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        for key, runs in list(self.residuals.items()):
+            self._keep(key, runs)
 
     def observe(
         self, key: str, residual_mib: float, model_mib: float, voter: str = VOUCHED
     ) -> None:
         """Add one run of environment `key` vouched for by `voter` (see the module
-        docstring for the terms)."""
+        docstring for the terms). The window as `_windowed` keeps it: runs of either
+        kind are at most WINDOW before this one, so at most its oldest of this run's
+        kind goes."""
+        run = Residual(float(residual_mib), max(0.0, float(model_mib)), voter)
         runs = self.residuals.setdefault(key, [])
-        runs.append(Residual(float(residual_mib), max(0.0, float(model_mib)), voter))
-        if len(runs) > WINDOW:
-            runs[:] = _windowed(runs)
+        small = self._small.setdefault(key, [])
+        runs.append(run)
+        deciding = _decides(run)
+        if deciding:
+            small.append(run)
+        if (len(small) if deciding else len(runs) - len(small)) > WINDOW:
+            del runs[next(i for i, r in enumerate(runs) if _decides(r) == deciding)]
+            if deciding:
+                del small[0]
+
+    def _keep(self, key: str, runs: list[Residual]) -> None:
+        self.residuals[key] = _windowed(runs)
+        self._small[key] = [run for run in self.residuals[key] if _decides(run)]
 
     def count(self, key: str) -> int:
         return len(self.residuals.get(key, ()))
 
-    def _small_model_runs(self, key: str) -> list[Residual]:
-        return [run for run in self.residuals.get(key, ()) if _decides(run)]
+    def _small_model_runs(self, key: str) -> Sequence[Residual]:
+        return self._small.get(key, ())
 
     def in_force(self, key: str) -> bool:
         """Whether `key` has MIN_OBSERVATIONS deciding runs, corroborated: one of them
@@ -134,10 +157,10 @@ class FixedCostOffsets:
         voters = {run.voter for run in runs}
         return len(runs) >= MIN_OBSERVATIONS and (VOUCHED in voters or len(voters) >= 2)
 
-    def _deciding_runs(self, key: str) -> list[Residual]:
+    def _deciding_runs(self, key: str) -> Sequence[Residual]:
         """The runs an offset is taken from: those with small model-dependent terms,
         once the offset is in force (else none: the prior stays)."""
-        return self._small_model_runs(key) if self.in_force(key) else []
+        return self._small_model_runs(key) if self.in_force(key) else ()
 
     def _deciding(self, key: str) -> list[float]:
         return [run.residual_mib for run in self._deciding_runs(key)]
@@ -201,8 +224,7 @@ class FixedCostOffsets:
         it is not such a list)."""
         if not isinstance(data, list):
             raise ValueError(f"residuals of {key!r} must be a list")
-        runs = [Residual(float(r), float(m), str(voter)) for r, m, voter in data]
-        self.residuals[key] = _windowed(runs)
+        self._keep(key, [Residual(float(r), float(m), str(voter)) for r, m, voter in data])
 
 
 def decides(model_mib: float) -> bool:

@@ -152,3 +152,27 @@ def test_refit_learns_from_observed_peaks_and_keeps_the_old_estimator() -> None:
     assert new.estimate(bf16.model_copy(update={"batch_size": 64}), "A100-40GB").method == (
         "history"
     )
+
+
+def test_kept_model_terms_give_the_estimates_made_afresh() -> None:
+    """An estimator keeps each (spec, GPU)'s model terms; as offsets and history move
+    and its calibration changes, its estimates stay those of an estimator that works
+    everything out anew with the same history and offsets."""
+    rows = measurements.read()
+    specs = [rows[i].spec() for i in range(0, len(rows), len(rows) // 40)]
+    gpus = ["A100-40GB", "T4", "H100-80GB", "V100-32GB"]
+    kept = Estimator(default_estimator().artifact)
+
+    def afresh() -> Estimator:
+        return Estimator(kept.artifact, kept.history, [], kept.offsets, kept.gpus)
+
+    for round_ in range(3):
+        for i, spec in enumerate(specs):
+            for gpu in gpus:
+                assert kept.estimate(spec, gpu) == afresh().estimate(spec, gpu)
+            peak = kept.estimate(spec, gpus[i % 4]).peak_mib
+            kept.learn_fixed_cost(spec, gpus[i % 4], peak + 700.0)
+            if i % 5 == round_:
+                kept.observe(spec, gpus[i % 4], int(peak * 1.3))
+        kept.artifact = None if round_ == 0 else default_estimator().artifact
+    assert len(kept._models_kept) == len(specs) * len(gpus)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from estimator.offsets import (
@@ -11,6 +13,7 @@ from estimator.offsets import (
     VOUCHED,
     WINDOW,
     FixedCostOffsets,
+    decides,
     environment_key,
 )
 
@@ -138,3 +141,36 @@ def test_corroboration_counts_deciding_runs_only() -> None:
         offsets.observe("a", -400.0, 10.0, voter="mallory")
     offsets.observe("a", 900.0, 4 * DECIDING_MODEL_MIB, voter="alice")
     assert not offsets.in_force("a") and offsets.offset_mib("a") == 0.0
+
+
+def test_runs_kept_as_they_come_match_windowing_every_run_again() -> None:
+    """`observe` keeps the window and the deciding runs incrementally: after every run
+    both, and every figure, are those of the plain definition (all runs so far, the
+    newest WINDOW of each kind kept, the deciding ones filtered from them)."""
+    rng = random.Random(19)
+    offsets = FixedCostOffsets()
+    seen: dict[str, list[list[float | str]]] = {}
+    for step in range(8 * WINDOW):
+        key = rng.choice(["a", "b"])
+        # deciding and large runs in long and short streaks, from three voters
+        model = rng.choice([10.0, DECIDING_MODEL_MIB, DECIDING_MODEL_MIB + 1, 5_000.0])
+        if step % 300 < 100:
+            model = 10.0
+        run: list[float | str] = [
+            rng.uniform(-300.0, 900.0),
+            model,
+            rng.choice([VOUCHED, "u1", "u2"]),
+        ]
+        offsets.observe(key, float(run[0]), float(run[1]), str(run[2]))
+        plain = FixedCostOffsets()
+        seen[key] = [*seen.get(key, []), run]
+        plain.load(key, seen[key])  # all runs so far, windowed in one go
+        seen[key] = plain.to_json(key)
+        assert offsets.to_json(key) == seen[key]
+        assert list(offsets._small_model_runs(key)) == [
+            r for r in plain.residuals[key] if decides(r.model_mib)
+        ]
+        assert offsets.in_force(key) == plain.in_force(key)
+        assert offsets.offset_mib(key) == plain.offset_mib(key)
+        assert offsets.margin_mib(key) == plain.margin_mib(key)
+    assert {offsets.count(k) for k in "ab"} == {2 * WINDOW}
