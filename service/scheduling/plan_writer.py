@@ -85,12 +85,10 @@ def _place(session: Session, rows: SnapshotRows, placements: list[Placement]) ->
             for gpu_id, mib in zip(p.gpu_ids, p.reserved_mib, strict=True)
         ],
     )
-    session.execute(
-        update(Job),
-        [
-            {"id": p.job_id, "state": JobState.PLACED, "reason": None, "updated_at": now}
-            for p in placements
-        ],
+    session.execute(  # one statement: every placed job takes the same values
+        update(Job)
+        .where(Job.id.in_([p.job_id for p in placements]))
+        .values(state=JobState.PLACED, reason=None, updated_at=now)
     )
     session.execute(
         insert(Event),

@@ -194,7 +194,7 @@ _CLUSTER = (
 # The last read's GPU views, by what each was made from: its row and what is held on
 # it. A view is a function of that key alone, so whichever session, database or thread
 # read it, an equal key may take it; each read keeps only the keys it met.
-_last_views: dict[tuple[Row[Any], int, int], GpuView] = {}
+_last_views: dict[tuple[Any, ...], GpuView] = {}
 
 
 def read_cluster(session: Session, held: Held) -> tuple[list[NodeView], dict[int, GpuView]]:
@@ -215,7 +215,7 @@ def read_cluster(session: Session, held: Held) -> tuple[list[NodeView], dict[int
             nodes.append(NodeView(node_id, name, state == "ready" and admin_state == "active"))
         if gpu_id is None:
             continue
-        key = (row, reserved.get(gpu_id, 0), jobs.get(gpu_id, 0))
+        key = (*row, reserved.get(gpu_id, 0), jobs.get(gpu_id, 0))  # a tuple: compared in C
         view = last.get(key)
         if view is None:
             view = _gpu_view(key)
@@ -224,10 +224,13 @@ def read_cluster(session: Session, held: Held) -> tuple[list[NodeView], dict[int
     return nodes, gpus
 
 
-def _gpu_view(key: tuple[Row[Any], int, int]) -> GpuView:
+def _gpu_view(key: tuple[Any, ...]) -> GpuView:
     """A GPU's view from its `_CLUSTER` row and the memory and jobs held on it."""
-    row, reserved_mib, jobs = key
-    node_id, _, _, _, gpu_id, index, model, total, used, foreign, utilization, healthy, uuid = row
+    (
+        node_id, _, _, _,
+        gpu_id, index, model, total, used, foreign, utilization, healthy, uuid,
+        reserved_mib, jobs,
+    ) = key  # fmt: skip
     return GpuView(
         gpu_id,
         node_id,
