@@ -169,7 +169,7 @@ def held_now(session: Session) -> Held:
 
 
 # A node's columns, then its GPUs' (None for a node without one), in the order
-# `read_cluster` unpacks them; one statement, so a node registering meanwhile is seen
+# `_gpu_view` unpacks them; one statement, so a node registering meanwhile is seen
 # whole or not at all.
 _CLUSTER = (
     select(
