@@ -120,3 +120,8 @@ def test_an_analytical_margin_charges_an_unlearned_stack_once() -> None:
         floor = estimate.fixed_mib + allowance
         under.append((estimate.upper_mib - floor) / (row.measured_mib - floor))
     assert min(under) == pytest.approx(math.exp(SMALL_SAMPLE_WIDENING), rel=1e-3)
+    # a learned environment's own offset margin is not credited (it does not carry over)
+    data = prepare([*cnns, *mlp])
+    learned = np.array([r.source == "mlp_step1" for r in data.rows])
+    assert np.array_equal(data.bound_log_ratio[learned], data.log_ratio[learned])
+    assert np.all(data.bound_log_ratio[~learned] < data.log_ratio[~learned])
