@@ -55,7 +55,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -116,6 +116,12 @@ class FixedCostOffsets:
     _small: dict[str, list[Residual]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    # each environment's figures (in force, offset, margin) as asked for, until its
+    # runs change: an estimate asks for them, thousands between two runs
+    _figures: dict[str, dict[str, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _digest: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for key, runs in list(self.residuals.items()):
@@ -131,6 +137,8 @@ class FixedCostOffsets:
         run = Residual(float(residual_mib), max(0.0, float(model_mib)), voter)
         runs = self.residuals.setdefault(key, [])
         small = self._small.setdefault(key, [])
+        self._figures.pop(key, None)
+        self._digest = None
         runs.append(run)
         deciding = _decides(run)
         if deciding:
@@ -141,6 +149,8 @@ class FixedCostOffsets:
                 del small[0]
 
     def _keep(self, key: str, runs: list[Residual]) -> None:
+        self._figures.pop(key, None)
+        self._digest = None
         self.residuals[key] = _windowed(runs)
         self._small[key] = [run for run in self.residuals[key] if _decides(run)]
 
@@ -150,9 +160,18 @@ class FixedCostOffsets:
     def _small_model_runs(self, key: str) -> Sequence[Residual]:
         return self._small.get(key, ())
 
+    def _figure(self, name: str, key: str, compute: Callable[[str], float]) -> float:
+        figures = self._figures.setdefault(key, {})
+        if name not in figures:
+            figures[name] = compute(key)
+        return figures[name]
+
     def in_force(self, key: str) -> bool:
         """Whether `key` has MIN_OBSERVATIONS deciding runs, corroborated: one of them
         vouched for, or deciding runs of at least two owners."""
+        return bool(self._figure("in_force", key, self._in_force))
+
+    def _in_force(self, key: str) -> bool:
         runs = self._small_model_runs(key)
         voters = {run.voter for run in runs}
         return len(runs) >= MIN_OBSERVATIONS and (VOUCHED in voters or len(voters) >= 2)
@@ -168,6 +187,9 @@ class FixedCostOffsets:
     def offset_mib(self, key: str) -> float:
         """The learned offset of `key`: 0.0 until in force, then the clipped vote of
         the deciding runs (module docstring)."""
+        return self._figure("offset", key, self._offset_mib)
+
+    def _offset_mib(self, key: str) -> float:
         by_voter: dict[str, list[float]] = {}
         for run in self._deciding_runs(key):
             by_voter.setdefault(run.voter, []).append(run.residual_mib)
@@ -181,6 +203,9 @@ class FixedCostOffsets:
         """How far above the offset a run of `key` may still go, for bounds: 0.0
         until learned, then MARGIN_SIGMAS robust standard deviations of the deciding
         residuals (at most HIGHEST_OFFSET_MIB)."""
+        return self._figure("margin", key, self._margin_mib)
+
+    def _margin_mib(self, key: str) -> float:
         deciding = self._deciding(key)
         if not deciding:
             return 0.0
@@ -207,7 +232,13 @@ class FixedCostOffsets:
 
     def digest(self) -> str:
         """A short hash of the offsets in force ("" when none is): part of the
-        estimator's version, so estimates say which offsets they were made with."""
+        estimator's version, so estimates say which offsets they were made with; kept
+        until runs change (every estimate asks for it)."""
+        if self._digest is None:
+            self._digest = self._digest_of_active()
+        return self._digest
+
+    def _digest_of_active(self) -> str:
         active = self.active()
         if not active:
             return ""

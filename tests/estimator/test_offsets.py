@@ -164,7 +164,8 @@ def test_runs_kept_as_they_come_match_windowing_every_run_again() -> None:
         offsets.observe(key, float(run[0]), float(run[1]), str(run[2]))
         plain = FixedCostOffsets()
         seen[key] = [*seen.get(key, []), run]
-        plain.load(key, seen[key])  # all runs so far, windowed in one go
+        for each, runs in seen.items():
+            plain.load(each, runs)  # all runs so far, windowed in one go
         seen[key] = plain.to_json(key)
         assert offsets.to_json(key) == seen[key]
         assert list(offsets._small_model_runs(key)) == [
@@ -173,4 +174,5 @@ def test_runs_kept_as_they_come_match_windowing_every_run_again() -> None:
         assert offsets.in_force(key) == plain.in_force(key)
         assert offsets.offset_mib(key) == plain.offset_mib(key)
         assert offsets.margin_mib(key) == plain.margin_mib(key)
+        assert offsets.digest() == plain.digest()
     assert {offsets.count(k) for k in "ab"} == {2 * WINDOW}
