@@ -76,6 +76,17 @@ class Settings(BaseSettings):
     # it, so a node that heartbeats but never starts one would keep it placed for ever
     launch_timeout_s: float = Field(default=120.0, gt=0, le=86400)
     scheduler_enabled: bool = True
+    # group commit (service/nodes/heartbeat_batch.py): heartbeats that change no
+    # reservation wait this long for others to share their transaction and commit: about
+    # one commit's time, so the wait costs no more latency than a shared commit saves.
+    # pgbench's single-row INSERTs, a commit each, took 1.3-3.2 ms per client (8 clients,
+    # 2,500-6,300/s; bench/load.py on the 2-core dev VM's local PostgreSQL 15, fsync and
+    # synchronous_commit on). 0: each heartbeat commits alone
+    heartbeat_batch_window_ms: float = Field(default=2.0, ge=0, le=100)
+    # the most heartbeats one transaction holds; a batch also never holds more than the
+    # agents' request slots (max_requests_in_flight), so by default it closes as soon
+    # as every agent request being served is in it
+    heartbeat_batch_max: int = Field(default=100, ge=1, le=1000)
     default_max_attempts: int = Field(default=3, ge=1, le=20)
     # OOM recovery: the next attempt reserves this factor times what the failed one
     # needed, after a back-off of oom_backoff_s * 2^(failures - 1)

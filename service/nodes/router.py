@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict
 
 from agent.protocol import HeartbeatReply, NodeRegistered
@@ -15,6 +15,7 @@ from service.config import TimeLimitS
 from service.deps import NodeId, SessionDep, SettingsDep
 from service.errors import ApiError
 from service.nodes import admin, service
+from service.nodes.heartbeat_batch import HeartbeatBatcher
 from service.nodes.schemas import HeartbeatIn, NodeRegisterIn
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
@@ -43,16 +44,34 @@ def register_node(
     )
 
 
+async def _batcher(request: Request) -> HeartbeatBatcher:
+    """The app's heartbeat batcher, made by the first heartbeat (on the event loop, so
+    only once)."""
+    state = request.app.state
+    if not hasattr(state, "heartbeat_batcher"):
+        state.heartbeat_batcher = HeartbeatBatcher(state.settings)
+    batcher: HeartbeatBatcher = state.heartbeat_batcher
+    return batcher
+
+
 @router.post("/{node_id}/heartbeat", response_model=HeartbeatReply)
 def node_heartbeat(
-    node_id: NodeId, body: HeartbeatIn, session: SessionDep, settings: SettingsDep, caller: AgentDep
+    node_id: NodeId,
+    body: HeartbeatIn,
+    session: SessionDep,
+    settings: SettingsDep,
+    caller: AgentDep,
+    batcher: Annotated[HeartbeatBatcher, Depends(_batcher)],
 ) -> HeartbeatReply:
-    """GPU state and attempt progress in; assignments and cancellations out."""
-    node = service.get(session=session, node_id=node_id)
-    _check_node(caller, node.name)
-    reply = service.heartbeat(session=session, node=node, body=body, settings=settings)
-    session.commit()
-    return reply
+    """GPU state and attempt progress in; assignments and cancellations out, once the
+    report is committed (with other heartbeats', service/nodes/heartbeat_batch.py)."""
+    return batcher.beat(
+        session=session,
+        node_id=node_id,
+        body=body,
+        settings=settings,
+        check=lambda node: _check_node(caller, node.name),
+    )
 
 
 AdminDep = Annotated[Principal, Depends(allow())]

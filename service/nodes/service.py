@@ -9,10 +9,11 @@ report is one the agent has not started (re-sent) or no longer runs (lost).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select, update
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.orm import Session, joinedload, selectinload
 from sqlalchemy.orm.attributes import set_committed_value
 
 from agent.protocol import (
@@ -39,6 +40,11 @@ from service.nodes.makeup import REGISTERED
 from service.nodes.models import Gpu, Node
 from service.scheduler.lifecycle import followed_reservation
 from service.scheduler.states import ACTIVE_ATTEMPT_STATES, AttemptState
+
+# a heartbeat's writes of its node's row and (executemany) its GPUs' rows, run on the
+# session's connection as core statements
+_NODE_SEEN = update(Node).where(Node.id == bindparam("node_id"))
+_GPU_READING = update(Gpu).where(Gpu.id == bindparam("gpu_id"))
 
 
 def _reject_duplicates(uuids: list[str]) -> None:
@@ -93,7 +99,8 @@ def register(*, session: Session, body: NodeRegister) -> Node:
 
 
 def get(*, session: Session, node_id: int) -> Node:
-    node = session.get(Node, node_id)
+    """The node with its GPUs, in one statement (a heartbeat reads them all)."""
+    node = session.get(Node, node_id, options=[joinedload(Node.gpus)])
     if node is None:
         raise not_found("node", node_id)
     return node
@@ -135,15 +142,30 @@ def expire_leases(*, session: Session, settings: Settings, up_since: datetime) -
     return silent
 
 
-def heartbeat(
-    *, session: Session, node: Node, body: Heartbeat, settings: Settings
-) -> HeartbeatReply:
-    """Apply one agent report and tell the agent what to start and stop.
+@dataclass(frozen=True)
+class Seen:
+    """One heartbeat as read before anything is written (`read`): its node's GPUs, the
+    attempts it reports (merged), the node's active attempts and the reported ones the
+    server knows, the late successes among them, and whether applying it takes the
+    placement lock."""
 
-    Everything is read before anything is written, so the placement lock, taken only
-    when this report changes a reservation or an attempt's state or the reply sends an
-    attempt, is never waited for while holding a row a scheduling cycle or lease expiry
-    may write. Rows are read and written one statement per kind, whatever the number of
+    node: Node
+    body: Heartbeat
+    gpus: dict[str, Gpu]
+    reports: list[AttemptReport]
+    active: dict[tuple[int, int], Attempt]
+    known: dict[tuple[int, int], Attempt]
+    late: set[tuple[int, int]]
+    locks: bool
+
+
+def read(*, session: Session, node: Node, body: Heartbeat, settings: Settings) -> Seen:
+    """Everything an agent's report (`apply` then takes it and tells the agent what to
+    start and stop) needs read before it writes, and whether it takes the placement
+    lock: only when this report changes a reservation or an attempt's state or the reply
+    sends an attempt. Nothing is written here (an ApiError leaves the transaction as it
+    was), so the lock is never waited for while holding a row a scheduling cycle or
+    lease expiry may write. Rows are read one statement per kind, whatever the number of
     attempts reported."""
     gpus = {gpu.uuid: gpu for gpu in node.gpus}
     _reject_duplicates([state.uuid for state in body.gpus])
@@ -156,7 +178,18 @@ def heartbeat(
     active = _active_attempts(session, node.id)
     known = _attempts_of(session, node.id, [(r.job_id, r.attempt) for r in reports])
     late = {key for r in reports if _late_success(known.get(key := (r.job_id, r.attempt)), r)}
-    if late or _changes_reservations(active, reports, settings) or _sends(active, reports):
+    locks = (
+        bool(late) or _changes_reservations(active, reports, settings) or _sends(active, reports)
+    )
+    return Seen(node, body, gpus, reports, active, known, late, locks)
+
+
+def apply(*, session: Session, seen: Seen, settings: Settings) -> HeartbeatReply:
+    """Write what `read` found, under the placement lock if it takes it; rows are
+    written one statement per kind, whatever the number of attempts reported."""
+    node, body, gpus, reports = seen.node, seen.body, seen.gpus, seen.reports
+    known, late, active = seen.known, seen.late, seen.active
+    if seen.locks:
         lock_placements(session)
         active = _active_attempts(session, node.id, fresh=True)  # as the lock holder sees it
     now = utcnow()
@@ -167,8 +200,12 @@ def heartbeat(
             node_id=node.id,
             message=f"node {node.name} reports again",
         )
-    node.state = "ready"
-    node.last_heartbeat_at = now
+    # the node's and its GPUs' rows as core statements: the ORM's unit of work and bulk
+    # update were a fifth of an idle heartbeat's CPU in the server (py-spy, bench/load.py)
+    seen_at = {"node_id": node.id, "state": "ready", "last_heartbeat_at": now}
+    session.connection().execute(_NODE_SEEN, seen_at)
+    set_committed_value(node, "state", "ready")
+    set_committed_value(node, "last_heartbeat_at", now)
     unassigned: dict[str, int | None] = {}  # jobs' use of GPUs they were not given: not free
     for report in reports:
         for uuid, mib in report.unassigned_mib_by_gpu.items():
@@ -178,7 +215,7 @@ def heartbeat(
         for state in body.gpus
     ]
     if readings:
-        session.execute(update(Gpu), readings)
+        session.connection().execute(_GPU_READING, readings)
 
     reply = HeartbeatReply(
         assignments=[],
@@ -326,8 +363,8 @@ def _sends(active: dict[tuple[int, int], Attempt], reports: list[AttemptReport])
 def _update_gpu(
     session: Session, node: Node, gpu: Gpu, state: GpuState, unassigned_mib: int | None
 ) -> dict[str, object]:
-    """Take the agent's reading of a GPU, returned as the row's new values for one bulk
-    update of the node's GPUs (and set on `gpu` as they will be stored, for what later
+    """Take the agent's reading of a GPU, returned as the row's new values for one
+    `_GPU_READING` of the node's GPUs (and set on `gpu` as they will be stored, for what later
     reads it in this transaction); a change of health is an event. What jobs hold on
     it without being placed there counts as foreign use.
 
@@ -367,7 +404,7 @@ def _update_gpu(
     }
     for name, value in values.items():
         set_committed_value(gpu, name, value)
-    return {"id": gpu.id, **values}
+    return {"gpu_id": gpu.id, **values}
 
 
 def _record_notices(session: Session, attempt: Attempt, notices: list[Notice]) -> None:
