@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from agent.cluster import ClusterFileError, load_cluster
@@ -54,7 +55,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     nodes = _nodes(args.cluster) if args.cluster else None
-    report = run(scenario, _policies(args.policies), nodes)
+    # the policies are independent: one process each, as many at once as there are CPUs
+    report = run(scenario, _policies(args.policies), nodes, workers=os.cpu_count() or 1)
     if args.json:
         print(json.dumps(report.as_json(), sort_keys=True))
     else:

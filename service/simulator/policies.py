@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from sklearn.model_selection import GroupKFold
 
@@ -44,7 +44,7 @@ from estimator.history import architecture, fingerprint
 from estimator.learned.artifact import Artifact
 from estimator.learned.measurements import Measurement
 from estimator.learned.train import prepare, train
-from estimator.offsets import VOUCHED, FixedCostOffsets
+from estimator.offsets import FixedCostOffsets
 from estimator.spec import TrainingSpec
 from service.simulator.workload import SimJob
 
@@ -160,35 +160,6 @@ def held_out_calibrations(
     return calibrations
 
 
-class CachedOffsets(FixedCostOffsets):
-    """Offsets whose figures are worked out once per environment and run taken in: a
-    simulation asks for them at every estimate, thousands of times between two runs."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._figures: dict[tuple[str, str], Any] = {}
-
-    def observe(
-        self, key: str, residual_mib: float, model_mib: float, voter: str = VOUCHED
-    ) -> None:
-        super().observe(key, residual_mib, model_mib, voter)
-        self._figures = {k: v for k, v in self._figures.items() if k[1] != key}
-
-    def _cached(self, figure: str, key: str, compute: Callable[[str], Any]) -> Any:
-        if (figure, key) not in self._figures:
-            self._figures[(figure, key)] = compute(key)
-        return self._figures[(figure, key)]
-
-    def in_force(self, key: str) -> bool:
-        return bool(self._cached("in_force", key, super().in_force))
-
-    def offset_mib(self, key: str) -> float:
-        return float(self._cached("offset", key, super().offset_mib))
-
-    def margin_mib(self, key: str) -> float:
-        return float(self._cached("margin", key, super().margin_mib))
-
-
 def by_model(row: Measurement) -> str:
     """The model: every batch size of it is held out together."""
     return row.model
@@ -271,7 +242,7 @@ def colloc(
 ) -> Colloc:
     """Colloc with calibrations held out by `by` (a job's `key` is its row's), each
     estimator with a history of its own, all learning one cluster's offsets from none."""
-    offsets = CachedOffsets()
+    offsets = FixedCostOffsets()
     made: dict[int, Estimator] = {}  # one estimator per calibration
     estimators = {}
     for held_out, calibration in inputs.held_out(by).items():

@@ -23,7 +23,9 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from estimator.analytical.context import fixed_cost
@@ -183,14 +185,35 @@ class Report:
         }
 
 
+def _simulate(
+    nodes: list[cluster.SimNode],
+    jobs: list[SimJob],
+    inputs: PolicyInputs,
+    sharing: traces.Sharing,
+    speeds: dict[str, float],
+    settings: SimSettings,
+    name: str,
+) -> tuple[SimResult, float]:
+    """One policy's simulation, and its wall time (seconds, building the policy
+    included)."""
+    started = time.perf_counter()
+    policy = POLICIES[name](inputs)
+    result = Simulation(nodes, jobs, policy, sharing, speeds, settings).run()
+    return result, round(time.perf_counter() - started, 1)
+
+
 def run(
     scenario: Scenario,
     policies: Sequence[str],
     nodes: list[cluster.SimNode] | None = None,
     inputs: PolicyInputs | None = None,
+    workers: int = 1,
 ) -> Report:
     """Every policy on the same cluster and the same jobs (`inputs`: the measured runs
-    and what was trained on them, to share between runs; default: read here)."""
+    and what was trained on them, to share between runs; default: read here). With
+    `workers` > 1 the policies run in that many processes at once: each simulation
+    owns its policy and reads only what it is given, so the results are the same (a
+    worker trains the calibrations its policy needs for itself)."""
     nodes = nodes or cluster.scaled_alibaba(traces.read_node_shapes(), scenario.gpus)
     gpu_count = sum(len(node.gpus) for node in nodes)
     models = {gpu.model: gpu.memory_mib for node in nodes for gpu in node.gpus}
@@ -211,13 +234,14 @@ def run(
     headroom = scenario.settings.scheduler.headroom_mib
     room = {model: memory - headroom for model, memory in models.items()}
     jobs, truth = scenario.truth(measured, room, scenario.workload.seed)
-    results: dict[str, SimResult] = {}
-    wall_s: dict[str, float] = {}
-    for name in policies:
-        started = time.perf_counter()
-        policy = POLICIES[name](inputs)
-        results[name] = Simulation(nodes, jobs, policy, sharing, speeds, scenario.settings).run()
-        wall_s[name] = round(time.perf_counter() - started, 1)
+    simulate = partial(_simulate, nodes, jobs, inputs, sharing, speeds, scenario.settings)
+    if workers > 1 and len(policies) > 1:
+        with ProcessPoolExecutor(min(workers, len(policies))) as pool:
+            done = dict(zip(policies, pool.map(simulate, policies), strict=True))
+    else:
+        done = {name: simulate(name) for name in policies}
+    results = {name: result for name, (result, _wall) in done.items()}
+    wall_s = {name: wall for name, (_result, wall) in done.items()}
     trace = {
         "scenario": scenario.name,
         "trace": scenario.trace,

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from estimator.learned import measurements
 from service.cli import main
+from service.simulator.policies import PolicyInputs
 from service.simulator.scenario import SCENARIOS, adjusted, run
 
 CONTRACT = {
@@ -67,6 +69,17 @@ def test_a_seed_gives_the_same_run() -> None:
     second = run(scenario, ["exclusive", "request", "oracle"]).as_json()
     first["trace"].pop("wall_s"), second["trace"].pop("wall_s")
     assert first == second
+
+
+def test_policies_in_parallel_processes_give_the_same_run() -> None:
+    scenario = adjusted(SCENARIOS["standard"], gpus=24, jobs=300, seed=5)
+    policies = ["exclusive", "analytical", "colloc", "colloc-new-family", "oracle"]
+    inputs = PolicyInputs(measurements.read())  # trained here once, then sent to workers
+    one_by_one = run(scenario, policies, inputs=inputs).as_json()
+    at_once = run(scenario, policies, inputs=inputs, workers=3).as_json()
+    assert one_by_one["trace"].pop("wall_s").keys() == at_once["trace"].pop("wall_s").keys()
+    assert one_by_one == at_once
+    assert list(at_once["policies"]) == policies
 
 
 def test_table_plots_and_a_cluster_file(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
