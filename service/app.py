@@ -31,6 +31,7 @@ from service.load_shedding import AgentTokens, Capacity, LoadShedding
 from service.metrics.collector import ClusterCollector
 from service.metrics.instruments import Instruments, RequestTimer
 from service.metrics.router import router as metrics_router
+from service.nodes.heartbeat_batch import HeartbeatBatcher
 from service.nodes.router import router as nodes_router
 from service.periodic import Periodic
 from service.retention import pruner
@@ -96,6 +97,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.estimator_state = estimator_state
     app.state.scheduler = scheduler
     app.state.instruments = instruments
+    app.state.heartbeat_batcher = HeartbeatBatcher(settings)
     # added last is outermost: BodyLimit caps the body LoadShedding reads before a slot
     app.add_middleware(
         LoadShedding,

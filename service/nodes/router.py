@@ -44,13 +44,9 @@ def register_node(
     )
 
 
-async def _batcher(request: Request) -> HeartbeatBatcher:
-    """The app's heartbeat batcher, made by the first heartbeat (on the event loop, so
-    only once)."""
-    state = request.app.state
-    if not hasattr(state, "heartbeat_batcher"):
-        state.heartbeat_batcher = HeartbeatBatcher(state.settings)
-    batcher: HeartbeatBatcher = state.heartbeat_batcher
+def _batcher(request: Request) -> HeartbeatBatcher:
+    """The app's heartbeat batcher (service/app.py)."""
+    batcher: HeartbeatBatcher = request.app.state.heartbeat_batcher
     return batcher
 
 
