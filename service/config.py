@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     max_gpu_utilization_pct: float = Field(default=90.0, gt=0, le=100)
     backfill: bool = True
     preemption: bool = False
+    # jobs searched for room per cycle; the rest wait, in queue order, for the next
+    # (service/scheduler/framework.py says why 1,000); null (in YAML): no bound
+    max_attempts_per_cycle: int | None = Field(
+        default=SchedulerConfig().max_attempts_per_cycle, ge=1
+    )
     user_quotas: dict[str, LimitSetting] = Field(default_factory=dict)
     queue_quotas: dict[str, LimitSetting] = Field(default_factory=dict)
     # the highest priority a user may give a job, by queue ("*": any other queue); an
@@ -243,6 +248,7 @@ class Settings(BaseSettings):
             headroom_mib=self.memory_headroom_mib,
             max_jobs_per_gpu=self.max_jobs_per_gpu,
             max_utilization_pct=self.max_gpu_utilization_pct,
+            max_attempts_per_cycle=self.max_attempts_per_cycle,
             backfill=self.backfill,
             preemption=self.preemption,
             quotas=Quotas(

@@ -17,7 +17,7 @@ def test_a_config_file_sets_the_pipeline_and_the_environment_wins(
     config = tmp_path / "colloc.yaml"
     config.write_text(
         "scheduler_scorers: {spread: 2.0}\nmax_jobs_per_gpu: 2\npreemption: true\n"
-        "user_quotas: {ann: {gpus: 4}}\n"
+        "user_quotas: {ann: {gpus: 4}}\nmax_attempts_per_cycle: 50\n"
     )
     monkeypatch.setenv(CONFIG_FILE_ENV, str(config))
     monkeypatch.setenv("COLLOC_MAX_JOBS_PER_GPU", "3")
@@ -25,6 +25,9 @@ def test_a_config_file_sets_the_pipeline_and_the_environment_wins(
     assert pipeline.scorers == {"spread": 2.0} and pipeline.preemption
     assert pipeline.max_jobs_per_gpu == 3
     assert pipeline.quotas.users == {"ann": Limit(gpus=4)}
+    assert pipeline.max_attempts_per_cycle == 50
+    config.write_text("max_attempts_per_cycle: null\n")
+    assert Settings().scheduler().max_attempts_per_cycle is None  # no bound
 
 
 def test_unknown_plugins_and_unsafe_values_stop_start_up() -> None:
@@ -34,3 +37,5 @@ def test_unknown_plugins_and_unsafe_values_stop_start_up() -> None:
         Settings(database_url="mysql://x")
     with pytest.raises(ValidationError):
         Settings(max_jobs_per_gpu=0)
+    with pytest.raises(ValidationError):
+        Settings(max_attempts_per_cycle=0)
