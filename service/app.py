@@ -15,7 +15,7 @@ from service import api_docs
 from service.admin.router import router as admin_router
 from service.auth.router import router as accounts_router
 from service.auth.router import tokens_router
-from service.auth.tokens import agent_slot_hashes
+from service.auth.tokens import PrincipalCache, agent_slot_hashes
 from service.body_limit import BodyLimit
 from service.cluster.router import router as cluster_router
 from service.config import Settings
@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.scheduler = scheduler
     app.state.instruments = instruments
     app.state.heartbeat_batcher = HeartbeatBatcher(settings)
+    app.state.principals = PrincipalCache()  # service/auth/deps.py
     # added last is outermost: BodyLimit caps the body LoadShedding reads before a slot
     app.add_middleware(
         LoadShedding,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from service.auth import accounts, tokens
@@ -110,8 +110,11 @@ def get_tokens(session: SessionDep, caller: AdminDep) -> list[TokenRead]:
 
 
 @tokens_router.delete("/{token_id}", response_model=TokenRead)
-def revoke_token(token_id: TokenId, session: SessionDep, caller: AdminDep) -> TokenRead:
-    """Revoke a token: from now on it authenticates nobody."""
+def revoke_token(
+    token_id: TokenId, session: SessionDep, caller: AdminDep, request: Request
+) -> TokenRead:
+    """Revoke a token: from now on it authenticates nobody (other replicas, which may
+    have it cached, within `tokens.PRINCIPAL_TTL_S`)."""
     before = session.get(ApiToken, token_id)
     was_live = before is not None and before.revoked_at is None
     token = tokens.revoke(session, token_id)
@@ -124,4 +127,5 @@ def revoke_token(token_id: TokenId, session: SessionDep, caller: AdminDep) -> To
         )
     read = TokenRead.model_validate(token)
     session.commit()
+    request.app.state.principals.forget(token.token_hash)
     return read
