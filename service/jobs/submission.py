@@ -135,7 +135,7 @@ def create(
     job_in: JobCreate,
     owner: str,
     settings: Settings,
-    estimator: Estimator,
+    estimator: Callable[[], Estimator],
     idempotency_key: str | None = None,
     admin: bool = False,
 ) -> tuple[Job, bool]:
@@ -145,7 +145,8 @@ def create(
     costs the same whatever the cluster's size. A job with a `training` spec is
     estimated on every GPU model in the cluster now (on
     VALIDATION_GPU when there is none, to refuse a spec it cannot estimate); models that
-    join later are estimated by the scheduler when it first needs them. Only an `admin`
+    join later are estimated by the scheduler when it first needs them. `estimator` is
+    called only then: bringing it up to date reads the database. Only an `admin`
     may give a job a priority above its queue's maximum.
     """
     if not admin:
@@ -173,7 +174,7 @@ def create(
     estimates: dict[str, Estimate] = {}
     if job_in.training is not None:
         estimates = estimate_for(
-            estimator, job_in.training, models or known or [VALIDATION_GPU], owner
+            estimator(), job_in.training, models or known or [VALIDATION_GPU], owner
         )
         if not (models or known):
             estimates = {}  # made only to check the spec: nothing of this GPU is here
