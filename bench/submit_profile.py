@@ -1,21 +1,21 @@
 """Where one job submit's server CPU and database round trips go (issue 19).
 
-    .venv/bin/python bench/submit_profile.py [--nodes 100,1000] [--submits 500] [--profile]
+    .venv/bin/python bench/submit_profile.py [--nodes 100,1000] [--submits 500]
+    .venv/bin/py-spy record -r 250 -f raw -o submit.txt -- .venv/bin/python bench/submit_profile.py
 
 In process, with no HTTP socket: the app on a scratch PostgreSQL database seeded as
 bench/load.py seeds it, called through a TestClient with bench/load.py's submit body.
 It prints, per cluster size, the statements one submit sends (counted by a SQLAlchemy
 `before_cursor_execute` listener, the connection pool's pre-ping included, BEGIN and
 COMMIT not: psycopg sends those without a cursor) and the process CPU per submit, which
-includes the TestClient's side; with --profile, cProfile's top functions. CPU time is
-less noisy than throughput on a machine others share, so compare versions by it.
+includes the TestClient's side. CPU time is less noisy than throughput on a machine
+others share, so compare versions by it. The server runs on the TestClient's event
+loop thread and worker threads, which cProfile does not see: sample it with py-spy.
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
 import time
 from collections import Counter
 from typing import Any
@@ -41,7 +41,7 @@ def _kind(statement: str) -> str:
     return f"{verb} {table}".strip()
 
 
-def measure(url: str, count: int, submits: int, profile: bool) -> None:
+def measure(url: str, count: int, submits: int) -> None:
     upgrade(url)
     token = seed_nodes(url, count)[0]
     settings = Settings(database_url=url, scheduler_enabled=False)
@@ -64,23 +64,15 @@ def measure(url: str, count: int, submits: int, profile: bool) -> None:
         event.listen(Engine, "before_cursor_execute", counted)
         submit(50)
         event.remove(Engine, "before_cursor_execute", counted)
-        profiler = cProfile.Profile() if profile else None
         cpu, wall = time.process_time(), time.perf_counter()
-        if profiler is not None:
-            profiler.enable()
         for i in range(submits):
             submit(100 + i)
-        if profiler is not None:
-            profiler.disable()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     print(
         f"{count} nodes: {sum(statements.values())} statements a submit "
         f"({', '.join(f'{k} x{n}' for k, n in sorted(statements.items()))}); "
         f"{cpu / submits * 1000:.2f} ms CPU and {wall / submits * 1000:.2f} ms wall a submit"
     )
-    if profiler is not None:
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(45)
-        pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 def main() -> None:
@@ -88,11 +80,10 @@ def main() -> None:
     parser.add_argument("--pg", default="postgresql://postgres@127.0.0.1:5432/test")
     parser.add_argument("--nodes", default="100,1000")
     parser.add_argument("--submits", type=int, default=500)
-    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     for count in (int(n) for n in args.nodes.split(",")):
         with scratch_database(args.pg, "colloc_submit_profile") as scratch:
-            measure(scratch.url, count, args.submits, args.profile)
+            measure(scratch.url, count, args.submits)
 
 
 if __name__ == "__main__":
