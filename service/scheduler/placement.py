@@ -16,7 +16,10 @@ from configuration (Nomad's scheduler/stack.go is the model):
    only when it allows that);
 6. the first job that cannot be placed has GPUs held for it, so that smaller jobs
    behind it (backfill) cannot starve it, or, with preemption on, lower-priority
-   preemptible jobs are chosen to make room.
+   preemptible jobs are chosen to make room. A job that states its memory holds only
+   that much of each GPU: smaller jobs may take what is free above it there, as long
+   as the GPU would still take it (job cap, utilisation, every other filter), so a gang
+   job waiting for one busy GPU of a node does not idle the node's others.
 """
 
 from __future__ import annotations
@@ -143,6 +146,7 @@ class _Search:
     pool: list[GpuView] = field(default_factory=list)
     held_for: set[int] = field(default_factory=set)
     refusal: str | None = None
+    above_kept_mib: int | None = None  # the most free above a held job's memory
 
 
 @dataclass
@@ -160,6 +164,9 @@ class _State:
         self.headroom = ctx.config.headroom_mib
         self.gpus = {gpu.id: gpu for gpu in snapshot.gpus}
         self.held: dict[int, int] = {}  # gpu id -> job it is held for
+        # Of the held GPUs, those held for part of their memory: the MiB kept for the job
+        # (its demand there); the others are held whole.
+        self.kept_mib: dict[int, int] = {}
         self.index: dict[str, list[tuple[int, int]]] = {}
         self.idle: dict[str, list[tuple[int, int]]] = {}  # the index's idle GPUs
         for gpu in self.gpus.values():
@@ -254,8 +261,15 @@ class _State:
         None, noting a hold or the first refusal."""
         gpu = self.gpus[gpu_id]
         if gpu_id in self.held:
+            beside = self.beside_held(gpu)
+            if beside is not None and self.pipeline.passes(job, beside):
+                return beside
             if self.pipeline.passes_rest(job, gpu):
                 found.held_for.add(self.held[gpu_id])
+                above = None if beside is None else beside.free_mib(self.headroom)
+                if above is not None and above < (job.demand_for(gpu.model) or 0):
+                    was = found.above_kept_mib
+                    found.above_kept_mib = above if was is None else max(was, above)
             return None
         for check in self.pipeline.rest:
             if not (status := check.check(job, gpu, self.ctx)).ok:
@@ -293,6 +307,15 @@ class _State:
         if not full or nodes is None:
             return [g for gpus in per_node.values() for g in gpus]
         return [g for node in full for g in per_node[node]]
+
+    def beside_held(self, gpu: GpuView) -> GpuView | None:
+        """A GPU held for part of its memory as it would be with its job placed, which is
+        what another job may take (None: it is held whole)."""
+        kept = self.kept_mib.get(gpu.id)
+        if kept is None:
+            return None
+        taken = max(gpu.reserved_mib, gpu.used_mib) + kept
+        return replace(gpu, reserved_mib=taken, used_mib=taken, jobs=gpu.jobs + 1)
 
     def room(self, gpu: GpuView) -> tuple[int, int, bool]:
         """What `Parked` records of a GPU: free MiB, jobs, whether it is indexable."""
@@ -415,7 +438,11 @@ class Scheduler:
         one-model jobs), then memory."""
         if found.held_for:
             jobs = ", ".join(map(str, sorted(found.held_for)))
-            return f"{_HELD} {jobs} ahead of it in the queue"
+            reason = f"{_HELD} {jobs} ahead of it in the queue"
+            if found.above_kept_mib is None:
+                return reason
+            above = gib(max(0, found.above_kept_mib))
+            return f"{reason} (at most {above} free above the memory kept for them)"
         refused = found.refusal and f"{_REFUSED}: {found.refusal}"
         if job.gpus > 1 and (most or refused):
             gang = f"needs {job.gpus} GPUs on one node; at most {most} fit on any node now"
@@ -432,7 +459,10 @@ class Scheduler:
 
     def _hold(self, job: PendingJob, state: _State) -> list[int]:
         """GPUs to keep for a blocked job: on the node where it fits once they empty,
-        the ones with the most room now (the soonest to be free)."""
+        the ones with the most room now (the soonest to be free), the node that lacks
+        the least of the job's demand (room above it does not bring the job closer, and
+        jobs placed there must not move the hold). A job that states its memory keeps
+        only that much of each (`_State.kept_mib`); one that takes GPUs whole, all."""
         room = state.headroom
         models = state.pipeline.allowed_models(job)
         by_room = sorted(
@@ -450,15 +480,17 @@ class Scheduler:
                 if job.gpus == 1:  # the first that fits has the most room
                     break
         best: list[GpuView] = []
-        best_free = -1
-        for gpus in by_node.values():
+        best_had = -1
+        for _node, gpus in sorted(by_node.items()):
             if len(gpus) < job.gpus:
                 continue
-            free = sum(g.free_mib(room) for g in gpus[: job.gpus])
-            if free > best_free:
-                best, best_free = gpus[: job.gpus], free
+            had = sum(min(g.free_mib(room), self._reserved(job, g)) for g in gpus[: job.gpus])
+            if had > best_had:
+                best, best_had = gpus[: job.gpus], had
         for gpu in best:
             state.held[gpu.id] = job.id
+            if not job.exclusive:
+                state.kept_mib[gpu.id] = self._reserved(job, gpu)
         return [g.id for g in best]
 
     def _preempt(self, job: PendingJob, state: _State, snapshot: Snapshot) -> list[int]:

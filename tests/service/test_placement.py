@@ -232,6 +232,61 @@ def test_priority_then_fifo_and_backfill_keeps_gpus_for_the_blocked_head() -> No
     assert {p.gpu_ids for p in place(gpus, jobs, no_backfill).placements} == {(1,), (2,)}
 
 
+def test_a_gang_head_keeps_its_memory_on_held_gpus_and_smaller_jobs_take_the_rest() -> None:
+    # node 1: GPUs 1 and 2 have room for the head's 8000 MiB each, 3 and 4 do not yet
+    busy: dict[str, Any] = dict(reserved_mib=12000, jobs=1)
+    gpus = (
+        gpu(1, 1, reserved_mib=1000, jobs=1),  # 6360 MiB free above the head's 8000
+        gpu(2, 1, reserved_mib=4000, jobs=1),  # 3360 MiB free above it
+        gpu(3, 1, **busy),
+        gpu(4, 1, **busy),
+        gpu(5, 2, **busy),  # node 2: too few GPUs for the head
+    )
+    head = job(1, 8000, gpus=4)
+    plan = place(gpus, (head, job(2, 5000), job(3, 5000)))
+    assert plan.held == {1: 1, 2: 1, 3: 1, 4: 1}
+    assert "held for it" in plan.waiting[1]
+    # binpack would pick GPU 2, the tighter fit, but there 5000 MiB would eat the head's
+    (placement,) = plan.placements
+    assert (placement.job_id, placement.gpu_ids) == (2, (1,))
+    # GPU 1 now has 1360 MiB above the head's memory: job 3 waits for the head
+    assert plan.waiting[3] == (
+        "the GPUs that would fit are held for job(s) 1 ahead of it in the queue "
+        "(at most 3.3 GiB free above the memory kept for them)"
+    )
+    # the head is not delayed: once GPUs 3 and 4 empty, it fits beside job 2
+    after = (
+        replace(gpus[0], reserved_mib=6000, jobs=2),
+        gpus[1],
+        gpu(3, 1),
+        gpu(4, 1),
+        gpus[4],
+    )
+    (placement,) = place(after, (head,)).placements
+    assert placement.gpu_ids == (1, 2, 3, 4)
+
+
+def test_a_held_gpu_keeps_a_job_slot_for_its_head() -> None:
+    """Backfill above a held job's memory leaves the job cap room for that job."""
+    config = SchedulerConfig(headroom_mib=0, max_jobs_per_gpu=2)
+    gpus = (gpu(1, 1, reserved_mib=1000, jobs=1), gpu(2, 1, reserved_mib=12000, jobs=1))
+    plan = place(gpus, (job(1, 4000, gpus=2), job(2, 1000)), config)
+    assert plan.held == {1: 1, 2: 1} and not plan.placements
+    assert plan.waiting[2].startswith("the GPUs that would fit are held for job(s) 1")
+    # with a cap of 3, job 2 and the head both find a slot on GPU 1
+    (placement,) = place(gpus, (job(1, 4000, gpus=2), job(2, 1000))).placements
+    assert placement.gpu_ids == (1,)
+
+
+def test_an_exclusive_head_holds_its_gpus_whole() -> None:
+    gpus = (gpu(1, 1), gpu(2, 1, reserved_mib=12000, jobs=1))
+    plan = place(gpus, (job(1, 0, gpus=2, exclusive=True), job(2, 1000)))
+    assert plan.held == {1: 1, 2: 1} and not plan.placements
+    assert plan.waiting[2] == (
+        "the GPUs that would fit are held for job(s) 1 ahead of it in the queue"
+    )
+
+
 def test_quotas_per_user_and_queue() -> None:
     quotas = Quotas(users={"ann": Limit(gpus=2)}, queues={"small": Limit(memory_mib=5000)})
     config = SchedulerConfig(headroom_mib=0, quotas=quotas)
