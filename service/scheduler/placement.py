@@ -16,10 +16,11 @@ from configuration (Nomad's scheduler/stack.go is the model):
    only when it allows that);
 6. the first job that cannot be placed has GPUs held for it, so that smaller jobs
    behind it (backfill) cannot starve it, or, with preemption on, lower-priority
-   preemptible jobs are chosen to make room. A job that states its memory holds only
-   that much of each GPU: smaller jobs may take what is free above it there, as long
-   as the GPU would still take it (job cap, utilisation, every other filter), so a gang
-   job waiting for one busy GPU of a node does not idle the node's others.
+   preemptible jobs are chosen to make room. A job that states its memory, while it
+   waits for memory, holds only that much of each GPU: smaller jobs may take what is
+   free above it there, as long as the GPU would still take it (job cap, utilisation,
+   every other filter), so a gang job waiting for one full GPU of a node does not idle
+   the node's others; once its memory is free everywhere it holds the GPUs whole.
 """
 
 from __future__ import annotations
@@ -462,7 +463,8 @@ class Scheduler:
         the ones with the most room now (the soonest to be free), the node that lacks
         the least of the job's demand (room above it does not bring the job closer, and
         jobs placed there must not move the hold). A job that states its memory keeps
-        only that much of each (`_State.kept_mib`); one that takes GPUs whole, all."""
+        only that much of each (`_State.kept_mib`) while it waits for memory; one that
+        takes GPUs whole, or waits for something else, all."""
         room = state.headroom
         models = state.pipeline.allowed_models(job)
         by_room = sorted(
@@ -487,9 +489,14 @@ class Scheduler:
             had = sum(min(g.free_mib(room), self._reserved(job, g)) for g in gpus[: job.gpus])
             if had > best_had:
                 best, best_had = gpus[: job.gpus], had
+        # Once its memory is free on every GPU it keeps, the job waits only for what
+        # memory does not measure (a job slot, utilisation), which only jobs ending free:
+        # from then on no other job may take them, or jobs placed above its memory as
+        # others end could keep a gang waiting for ever.
+        waits_for_memory = any(g.free_mib(room) < self._reserved(job, g) for g in best)
         for gpu in best:
             state.held[gpu.id] = job.id
-            if not job.exclusive:
+            if waits_for_memory and not job.exclusive:
                 state.kept_mib[gpu.id] = self._reserved(job, gpu)
         return [g.id for g in best]
 

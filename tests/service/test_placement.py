@@ -278,6 +278,20 @@ def test_a_held_gpu_keeps_a_job_slot_for_its_head() -> None:
     assert placement.gpu_ids == (1,)
 
 
+def test_a_head_whose_memory_is_free_everywhere_holds_its_gpus_whole() -> None:
+    """It waits for a busy GPU's utilisation: a job placed above its memory would keep
+    that GPU busy, and the head waiting, as long as such jobs keep coming."""
+    config = SchedulerConfig(headroom_mib=0, max_utilization_pct=90)
+    gpus = (gpu(1, 1, reserved_mib=1000, jobs=1), gpu(2, 1, reserved_mib=1000, jobs=1))
+    busy = (gpus[0], replace(gpus[1], utilization_pct=95.0))
+    plan = place(busy, (job(1, 4000, gpus=2), job(2, 1000)), config)
+    assert plan.held == {1: 1, 2: 1} and not plan.placements
+    # waiting for memory on GPU 2 instead, the head lets job 2 above its memory on GPU 1
+    short = (gpus[0], replace(gpus[1], reserved_mib=12000))
+    (placement,) = place(short, (job(1, 4000, gpus=2), job(2, 1000)), config).placements
+    assert (placement.job_id, placement.gpu_ids) == (2, (1,))
+
+
 def test_an_exclusive_head_holds_its_gpus_whole() -> None:
     gpus = (gpu(1, 1), gpu(2, 1, reserved_mib=12000, jobs=1))
     plan = place(gpus, (job(1, 0, gpus=2, exclusive=True), job(2, 1000)))
