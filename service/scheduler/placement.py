@@ -55,14 +55,28 @@ from service.scheduler.snapshot import (
 )
 
 
+def _as(gpu: GpuView, reserved_mib: int, used_mib: int, jobs: int) -> GpuView:
+    """The GPU with these reservations, usage and jobs: `dataclasses.replace` without
+    its per-field introspection, which the core's hot paths cannot afford."""
+    return GpuView(
+        gpu.id,
+        gpu.node_id,
+        gpu.index,
+        gpu.model,
+        gpu.memory_total_mib,
+        reserved_mib,
+        used_mib,
+        gpu.foreign_mib,
+        gpu.utilization_pct,
+        gpu.healthy,
+        jobs,
+        gpu.uuid,
+    )
+
+
 def _without(gpu: GpuView, mib: int, jobs: int) -> GpuView:
     """The GPU as it would be with `jobs` jobs holding `mib` gone."""
-    return replace(
-        gpu,
-        reserved_mib=gpu.reserved_mib - mib,
-        used_mib=max(0, gpu.used_mib - mib),
-        jobs=gpu.jobs - jobs,
-    )
+    return _as(gpu, gpu.reserved_mib - mib, max(0, gpu.used_mib - mib), gpu.jobs - jobs)
 
 
 _HELD = "the GPUs that would fit are held for job(s)"
@@ -116,11 +130,13 @@ class _Pipeline:
         return None if self.models is None else self.models.models(job)
 
     def passes(self, job: PendingJob, gpu: GpuView) -> bool:
-        return all(f.check(job, gpu, self.ctx).ok for _name, f in self.filters)
+        ctx = self.ctx
+        return all(check.check(job, gpu, ctx).ok for _name, check in self.filters)
 
     def passes_rest(self, job: PendingJob, gpu: GpuView) -> bool:
         """The filters a GPU from `_State.candidates` has not met by construction."""
-        return all(f.check(job, gpu, self.ctx).ok for f in self.rest)
+        ctx = self.ctx
+        return all(check.check(job, gpu, ctx).ok for check in self.rest)
 
     def scores(self, job: PendingJob, pool: list[GpuView]) -> list[float]:
         """The weighted sum of every scorer's 0-100 answer, per GPU of `pool`."""
@@ -138,7 +154,7 @@ def _prepared(plugin: P, snapshot: Snapshot, ctx: Context) -> P:
     return plugin.prepare(snapshot, ctx) if isinstance(plugin, Prepares) else plugin
 
 
-@dataclass
+@dataclass(slots=True)
 class _Search:
     """What `_State.search` found for a job: the GPUs it may take (none scored yet), the
     jobs that GPUs it could take are held for, and the first reason a filter refused
@@ -162,6 +178,7 @@ class _State:
     def __init__(self, snapshot: Snapshot, pipeline: _Pipeline) -> None:
         self.pipeline = pipeline
         self.ctx = ctx = pipeline.ctx
+        self.rest = pipeline.rest
         self.headroom = ctx.config.headroom_mib
         self.gpus = {gpu.id: gpu for gpu in snapshot.gpus}
         self.held: dict[int, int] = {}  # gpu id -> job it is held for
@@ -170,22 +187,27 @@ class _State:
         self.kept_mib: dict[int, int] = {}
         self.index: dict[str, list[tuple[int, int]]] = {}
         self.idle: dict[str, list[tuple[int, int]]] = {}  # the index's idle GPUs
+        # Whether each GPU passes the job-blind filters, as placements leave it.
+        self.indexable = {gpu.id: self._indexable(gpu) for gpu in self.gpus.values()}
         for gpu in self.gpus.values():
-            if self._indexable(gpu):
+            if self.indexable[gpu.id]:
                 entry = (gpu.free_mib(self.headroom), gpu.id)
                 self.index.setdefault(gpu.model, []).append(entry)
                 if is_idle(gpu):
                     self.idle.setdefault(gpu.model, []).append(entry)
         for entries in (*self.index.values(), *self.idle.values()):
             entries.sort()
+        # Usage per user and queue, counted only where a quota reads it.
+        self.counting = bool(ctx.config.quotas.users or ctx.config.quotas.queues)
         self.users: dict[str, _Usage] = {}
         self.queues: dict[str, _Usage] = {}
-        for job in snapshot.running:
+        for job in snapshot.running if self.counting else ():
             self._count(job.owner, job.queue, len(job.gpu_ids), job.reserved_mib * len(job.gpu_ids))
 
     def _indexable(self, gpu: GpuView) -> bool:
         """Whether the GPU passes the configured filters that do not depend on the job."""
-        return all(f.check_gpu(gpu, self.ctx).ok for f in self.pipeline.gpu_filters)
+        ctx = self.ctx
+        return all(check.check_gpu(gpu, ctx).ok for check in self.pipeline.gpu_filters)
 
     def _count(self, owner: str, queue: str, gpus: int, memory_mib: int) -> None:
         for usage in (
@@ -200,6 +222,8 @@ class _State:
     ) -> str | None:
         """Why placing `job` with `memory_mib` in all would break a quota, if it would
         (with the `released` jobs stopped first)."""
+        if not self.counting:
+            return None
         quotas = self.ctx.config.quotas
         for scope, name, limit, usage in (
             ("user", job.owner, quotas.users.get(job.owner), self.users.get(job.owner)),
@@ -230,22 +254,26 @@ class _State:
         with the least room and the few with the most; for a gang, those of the first few
         nodes with enough GPUs that pass (all, for jobs that may span nodes or take GPUs
         whole). A GPU held for a job ahead, or refused by a filter, is left out and noted."""
-        k = self.ctx.config.candidates_per_model
+        ctx = self.ctx
+        k = ctx.config.candidates_per_model
         memory_filter = self.pipeline.memory
         allowed = self.pipeline.allowed_models(job)
         found = _Search()
         walks: list[Iterable[int]] = []
-        for model in self.index.keys() if allowed is None else allowed:
-            entries = self.index.get(model, [])
+        index = self.index
+        for model in index.keys() if allowed is None else allowed:
+            entries = index.get(model)
             if not entries or job.demand_for(model) is None:  # nothing to reserve there
                 continue
             start = 0
             if memory_filter is not None:
-                bound = memory_filter.bound(job, model, self.ctx)
+                bound = memory_filter.bound(job, model, ctx)
                 if bound is None:
                     continue
                 entries = self.idle.get(model, []) if bound.idle else entries
                 start = bisect.bisect_left(entries, (bound.free_mib, -1))
+                if start == len(entries):  # no GPU of the model has the room
+                    continue
             if job.gpus == 1:
                 found.pool.extend(self._ends(job, entries, start, k, found))
             elif job.exclusive:  # it takes its GPUs whole: the most room first
@@ -272,8 +300,9 @@ class _State:
                     was = found.above_kept_mib
                     found.above_kept_mib = above if was is None else max(was, above)
             return None
-        for check in self.pipeline.rest:
-            if not (status := check.check(job, gpu, self.ctx)).ok:
+        ctx = self.ctx
+        for check in self.rest:
+            if not (status := check.check(job, gpu, ctx)).ok:
                 found.refusal = found.refusal or status.reason
                 return None
         return gpu
@@ -316,31 +345,33 @@ class _State:
         if kept is None:
             return None
         taken = max(gpu.reserved_mib, gpu.used_mib) + kept
-        return replace(gpu, reserved_mib=taken, used_mib=taken, jobs=gpu.jobs + 1)
+        return _as(gpu, taken, taken, gpu.jobs + 1)
 
     def room(self, gpu: GpuView) -> tuple[int, int, bool]:
         """What `Parked` records of a GPU: free MiB, jobs, whether it is indexable."""
-        return gpu.free_mib(self.headroom), gpu.jobs, self._indexable(gpu)
+        return gpu.free_mib(self.headroom), gpu.jobs, self.indexable[gpu.id]
 
     def largest_free(self, job: PendingJob) -> int:
         models = job.gpu_models if job.gpu_models is not None else self.index.keys()
-        return max((self.index[m][-1][0] for m in models if self.index.get(m)), default=0)
+        return max((entries[-1][0] for m in models if (entries := self.index.get(m))), default=0)
 
     def reserve(self, job: PendingJob, gpu_ids: tuple[int, ...], reserved: tuple[int, ...]) -> None:
         for gpu_id, mib in zip(gpu_ids, reserved, strict=True):
             old = self.gpus[gpu_id]
-            if self._indexable(old):
+            if self.indexable[gpu_id]:
                 entry = (old.free_mib(self.headroom), old.id)
                 entries = self.index[old.model]
                 entries.pop(bisect.bisect_left(entries, entry))
                 if is_idle(old):
                     idle = self.idle[old.model]
                     idle.pop(bisect.bisect_left(idle, entry))
-            new = replace(old, reserved_mib=old.reserved_mib + mib, jobs=old.jobs + 1)
+            new = _as(old, old.reserved_mib + mib, old.used_mib, old.jobs + 1)
             self.gpus[gpu_id] = new
-            if self._indexable(new):
+            self.indexable[gpu_id] = self._indexable(new)
+            if self.indexable[gpu_id]:
                 bisect.insort(self.index[new.model], (new.free_mib(self.headroom), new.id))
-        self._count(job.owner, job.queue, len(gpu_ids), sum(reserved))
+        if self.counting:
+            self._count(job.owner, job.queue, len(gpu_ids), sum(reserved))
 
 
 @dataclass(frozen=True)
@@ -477,7 +508,9 @@ class Scheduler:
         )
         by_node: dict[int, list[GpuView]] = {}  # each node's GPUs, the most room first
         for gpu in by_room:
-            if state.pipeline.passes(job, replace(gpu, reserved_mib=0, used_mib=0, jobs=0)):
+            if len(by_node.get(gpu.node_id, ())) == job.gpus:
+                continue  # the node has all the GPUs the job would hold there
+            if state.pipeline.passes(job, _as(gpu, 0, 0, 0)):
                 by_node.setdefault(gpu.node_id, []).append(gpu)
                 if job.gpus == 1:  # the first that fits has the most room
                     break
