@@ -138,6 +138,10 @@ class MemoryBound:
     free_mib: int
     idle: bool = False
 
+    def admits(self, gpu: GpuView, headroom_mib: int) -> bool:
+        """Whether `gpu` meets the bound, as the core's index selects GPUs for it."""
+        return gpu.free_mib(headroom_mib) >= self.free_mib and (not self.idle or is_idle(gpu))
+
 
 def is_idle(gpu: GpuView) -> bool:
     return gpu.jobs == 0 and gpu.reserved_mib == 0

@@ -35,6 +35,7 @@ from service.scheduler.framework import (
     Context,
     Filter,
     GpuFilter,
+    MemoryBound,
     MemoryIndex,
     ModelIndex,
     Prepares,
@@ -164,6 +165,9 @@ class _Search:
     held_for: set[int] = field(default_factory=set)
     refusal: str | None = None
     above_kept_mib: int | None = None  # the most free above a held job's memory
+    # The memory filter's bound per model searched: a GPU that does not meet it fails
+    # that filter (`MemoryIndex`), so no filter need be asked about it.
+    bounds: dict[str, MemoryBound] = field(default_factory=dict)
 
 
 @dataclass
@@ -270,6 +274,7 @@ class _State:
                 bound = memory_filter.bound(job, model, ctx)
                 if bound is None:
                     continue
+                found.bounds[model] = bound
                 entries = self.idle.get(model, []) if bound.idle else entries
                 start = bisect.bisect_left(entries, (bound.free_mib, -1))
                 if start == len(entries):  # no GPU of the model has the room
@@ -291,7 +296,12 @@ class _State:
         gpu = self.gpus[gpu_id]
         if gpu_id in self.held:
             beside = self.beside_held(gpu)
-            if beside is not None and self.pipeline.passes(job, beside):
+            bound = found.bounds.get(gpu.model)
+            if (
+                beside is not None
+                and (bound is None or bound.admits(beside, self.headroom))
+                and self.pipeline.passes(job, beside)
+            ):
                 return beside
             if self.pipeline.passes_rest(job, gpu):
                 found.held_for.add(self.held[gpu_id])

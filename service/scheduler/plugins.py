@@ -123,13 +123,18 @@ class ScarceModel:
         wanted: dict[str, int] = {}
         one_model: set[int] = set()
         for job in snapshot.pending:
-            fits = [
-                model
-                for model, most in room.items()
-                if (job.gpu_models is None or model in job.gpu_models)
-                and (demand := job.demand_for(model)) is not None
-                and demand <= most
-            ]
+            fits = list(  # two are enough to know the job fits more than one model
+                itertools.islice(
+                    (
+                        model
+                        for model, most in room.items()
+                        if (job.gpu_models is None or model in job.gpu_models)
+                        and (demand := job.demand_for(model)) is not None
+                        and demand <= most
+                    ),
+                    2,
+                )
+            )
             if len(fits) > 1:
                 continue
             one_model.add(job.id)
