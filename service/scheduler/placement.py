@@ -189,6 +189,9 @@ class _State:
         # Of the held GPUs, those held for part of their memory: the MiB kept for the job
         # (its demand there); the others are held whole.
         self.kept_mib: dict[int, int] = {}
+        # `beside_held`'s answer per GPU, with the view it was for: a GPU's kept MiB is
+        # set once, when it is held, and a placement there replaces its view.
+        self.besides: dict[int, tuple[GpuView, GpuView | None]] = {}
         self.index: dict[str, list[tuple[int, int]]] = {}
         self.idle: dict[str, list[tuple[int, int]]] = {}  # the index's idle GPUs
         # Whether each GPU passes the job-blind filters, as placements leave it.
@@ -351,11 +354,16 @@ class _State:
     def beside_held(self, gpu: GpuView) -> GpuView | None:
         """A GPU held for part of its memory as it would be with its job placed, which is
         what another job may take (None: it is held whole)."""
+        known = self.besides.get(gpu.id)
+        if known is not None and known[0] is gpu:
+            return known[1]
         kept = self.kept_mib.get(gpu.id)
-        if kept is None:
-            return None
-        taken = max(gpu.reserved_mib, gpu.used_mib) + kept
-        return _as(gpu, taken, taken, gpu.jobs + 1)
+        beside = None
+        if kept is not None:
+            taken = max(gpu.reserved_mib, gpu.used_mib) + kept
+            beside = _as(gpu, taken, taken, gpu.jobs + 1)
+        self.besides[gpu.id] = (gpu, beside)
+        return beside
 
     def room(self, gpu: GpuView) -> tuple[int, int, bool]:
         """What `Parked` records of a GPU: free MiB, jobs, whether it is indexable."""
