@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, event
 
 from service.auth.tokens import PRINCIPAL_TTL_S, Principal, PrincipalCache, hash_of
 from tests.conftest import bearer, make_token
+from tests.service.test_heartbeat_cost import statements
 
 
 class Clock:
@@ -35,17 +34,10 @@ def frozen_cache(client: TestClient) -> Clock:
 @contextmanager
 def token_reads() -> Iterator[list[str]]:
     """Statements that read the API tokens table while the block runs."""
-    seen: list[str] = []
-
-    def listen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        if "api_tokens" in statement:
-            seen.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", listen)
-    try:
-        yield seen
-    finally:
-        event.remove(Engine, "before_cursor_execute", listen)
+    with statements() as seen:
+        reads: list[str] = []
+        yield reads
+    reads.extend(sql for sql in seen if "api_tokens" in sql)
 
 
 def test_a_cached_token_is_not_read_again(client: TestClient, database_url: str) -> None:
