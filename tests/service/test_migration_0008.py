@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from alembic import command
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import make_url
 
 from service.config import normalise_database_url
@@ -85,10 +85,15 @@ def add_attempt_and_peak(conn: Connection) -> None:
     )
 
 
+def migrated_to(database: str, revision: str) -> tuple[str, Engine]:
+    """`database`'s URL, and an engine on it, once migrated up to `revision`."""
+    url = normalise_database_url(database)
+    command.upgrade(alembic_config(url), revision)
+    return url, make_engine(url)
+
+
 def test_old_rows_are_made_to_fit_the_new_rules(empty_database: str) -> None:
-    url = normalise_database_url(empty_database)
-    command.upgrade(alembic_config(url), "0007")
-    engine = make_engine(url)
+    url, engine = migrated_to(empty_database, "0007")
     with engine.begin() as conn:
         add_node_and_job(conn, gpu_used_mib=0, gpu_utilization_pct=0)
         conn.execute(

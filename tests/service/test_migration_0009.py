@@ -7,21 +7,19 @@ from __future__ import annotations
 from alembic import command
 from sqlalchemy import text
 
-from service.config import normalise_database_url
-from service.db import alembic_config, make_engine
+from service.db import alembic_config
 from tests.service.test_migration_0008 import (
     add_attempt_and_peak,
     add_node_and_job,
     empty_database,
+    migrated_to,
 )
 
 __all__ = ["empty_database"]  # the fixture, one per database
 
 
 def test_gpu_readings_become_nullable_and_back(empty_database: str) -> None:
-    url = normalise_database_url(empty_database)
-    command.upgrade(alembic_config(url), "0008")
-    engine = make_engine(url)
+    url, engine = migrated_to(empty_database, "0008")
     with engine.begin() as conn:
         add_node_and_job(conn, gpu_used_mib=700, gpu_utilization_pct=5)
         add_attempt_and_peak(conn)

@@ -7,13 +7,13 @@ from __future__ import annotations
 from alembic import command
 from sqlalchemy import Connection, text
 
-from service.config import normalise_database_url
-from service.db import alembic_config, make_engine
+from service.db import alembic_config
 from tests.service.test_migration_0008 import (
     NOW,
     add_attempt_and_peak,
     add_node_and_job,
     empty_database,
+    migrated_to,
 )
 
 __all__ = ["empty_database"]  # the fixture, one per database
@@ -35,9 +35,7 @@ def _rows(conn: Connection) -> dict[str, list[tuple[object, ...]]]:
 
 
 def test_rows_survive_and_sqlite_ids_are_not_given_again(empty_database: str) -> None:
-    url = normalise_database_url(empty_database)
-    command.upgrade(alembic_config(url), "0010")
-    engine = make_engine(url)
+    url, engine = migrated_to(empty_database, "0010")
     with engine.begin() as conn:
         add_node_and_job(conn, gpu_used_mib=700, gpu_utilization_pct=5)
         add_attempt_and_peak(conn)
