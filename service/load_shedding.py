@@ -49,9 +49,9 @@ CONNECTIONS_PER_REQUEST = 2
 # sampler.py), the retention pruner (service/retention.py: its read and its delete
 # transactions one after the other) and AgentTokens' re-read (one at a time).
 BACKGROUND_CONNECTIONS = 5
-# How often, at most, a request whose token is not among the agents' known ones makes
-# AgentTokens read the tokens table again: a new agent token takes an agents' slot within
-# a second of its first use, and a flood of forged tokens costs one small read a second.
+# How often, at most, AgentTokens reads the tokens table again: a new agent token takes
+# an agents' slot, and a revoked one stops taking them, within about a second, and a
+# flood of forged tokens costs one small read a second.
 AGENT_TOKENS_REFRESH_S = 1.0
 log = logging.getLogger(__name__)
 # Seconds a refused client waits: the least whole number HTTP's Retry-After allows, as a
@@ -82,10 +82,12 @@ def pool_of(method: str, path: str) -> Pool:
 
 class AgentTokens:
     """Which bearer tokens may take the agents' slots: the SHA-256 hashes of unrevoked
-    agent and admin tokens (as service/auth/tokens.py stores them), re-read by `read` when
-    a token is not among them, at most once per `refresh_s`. This only chooses a pool;
-    the handler still authenticates every request (a token revoked since the last read
-    takes an agents' slot and is refused there)."""
+    agent and admin tokens (as service/auth/tokens.py stores them), read again by `read`
+    when the last read is `refresh_s` old, by the first request to find it so: a new
+    agent token takes an agents' slot, and a revoked one stops taking them, within about
+    that. A request that comes while a read is under way is answered from the last one,
+    without waiting, so a slow database piles up no requests here. This only chooses a
+    pool; the handler still authenticates every request."""
 
     def __init__(
         self,
@@ -98,7 +100,7 @@ class AgentTokens:
         self._clock = clock
         self._hashes: frozenset[str] = frozenset()
         self._read_at = -math.inf
-        self._reading = anyio.Lock()
+        self._reading = False  # one event loop: a flag is enough
         self._limiter = anyio.CapacityLimiter(1)  # its own thread: never a request's
 
     async def admits(self, scope: Scope) -> bool:
@@ -107,13 +109,13 @@ class AgentTokens:
         scheme, _, raw = _header(scope, b"authorization").partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             return False
-        digest = hash_of(raw.strip())
-        if digest not in self._hashes:
-            async with self._reading:  # one read at a time; those waiting reuse it
-                if self._clock() - self._read_at >= self._refresh_s:
-                    self._read_at = self._clock()
-                    await self._reread(self._read)
-        return digest in self._hashes
+        if not self._reading and self._clock() - self._read_at >= self._refresh_s:
+            self._reading, self._read_at = True, self._clock()
+            try:
+                await self._reread(self._read)
+            finally:
+                self._reading = False
+        return hash_of(raw.strip()) in self._hashes
 
     async def _reread(self, read: Callable[[], frozenset[str]]) -> None:
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -183,13 +184,15 @@ def test_a_body_not_in_by_the_deadline_gets_408(settings: Settings, admin_token:
     assert json.loads(body["body"])["error"]["code"] == "http_408"
 
 
-async def forged_heartbeats(reads: list[float]) -> None:
+async def forged_heartbeats() -> None:
     """A users' slot is taken; the agents' pool is free."""
     now = [0.0]
+    reads: list[float] = []
+    valid = {hash_of("colloc_agent-token")}
 
     def read() -> frozenset[str]:
         reads.append(now[0])
-        return frozenset({hash_of("colloc_agent-token")})
+        return frozenset(valid)
 
     held = HeldApp()
     tokens = AgentTokens(read, refresh_s=1.0, clock=lambda: now[0])
@@ -204,17 +207,36 @@ async def forged_heartbeats(reads: list[float]) -> None:
     agent = asyncio.create_task(call(app, path, "POST", "colloc_agent-token"))
     await asyncio.sleep(0)
     assert not agent.done()  # admitted to the agents' pool, beside the full users' one
+    valid.clear()  # the agent's token is revoked: a second later it takes no agents' slot
     now[0] = 5.0
-    assert (await call(app, path, "POST", "colloc_forged"))["status"] == 503
-    assert reads == [0.0, 5.0]  # a later unknown token makes it read again
+    assert (await call(app, path, "POST", "colloc_agent-token"))["status"] == 503
+    assert reads == [0.0, 5.0]
     held.release.set()
     assert (await agent)["status"] == 200
     assert (await user)["status"] == 200
 
 
+async def slow_read() -> None:
+    """While the tokens are being read, requests are answered from the last read."""
+    release = threading.Event()
+    tokens = AgentTokens(
+        lambda: frozenset({hash_of("colloc_a")}) if release.wait(ANSWER_WITHIN_S) else frozenset()
+    )
+    scope = {"headers": [(b"authorization", b"Bearer colloc_a")]}
+    reading = asyncio.create_task(tokens.admits(scope))
+    await asyncio.sleep(0.01)
+    assert not reading.done()
+    assert not await tokens.admits(scope)  # not held up behind the read
+    release.set()
+    assert await reading and await tokens.admits(scope)
+
+
 def test_only_agents_tokens_take_the_agents_slots() -> None:
-    reads: list[float] = []
-    asyncio.run(forged_heartbeats(reads))
+    asyncio.run(forged_heartbeats())
+
+
+def test_a_slow_token_read_holds_no_request_up() -> None:
+    asyncio.run(slow_read())
 
 
 def test_agents_and_admins_tokens_take_the_agents_slots(
