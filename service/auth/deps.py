@@ -58,9 +58,10 @@ async def _principal(request: Request, settings: SettingsDep) -> Principal:
     token_hash = hash_of(raw) if len(raw) <= MAX_TOKEN_LENGTH else None
     principal = principals.get(token_hash) if token_hash else None
     if principal is None and token_hash:
+        forgotten = principals.forgotten
         principal = await run_in_threadpool(_read, request.app.state.sessions, raw)
         if principal is not None:
-            principals.put(token_hash, principal)
+            principals.put(token_hash, principal, forgotten)
     if principal is None:
         raise ApiError(
             401, "invalid_token", "the API token is unknown or revoked", None, _CHALLENGE

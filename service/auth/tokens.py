@@ -122,6 +122,7 @@ class PrincipalCache:
         self._ttl_s, self._size, self._clock = ttl_s, size, clock
         self._entries: dict[str, tuple[float, Principal]] = {}
         self._lock = threading.Lock()
+        self._forgotten = 0
 
     def get(self, token_hash: str) -> Principal | None:
         with self._lock:
@@ -133,8 +134,18 @@ class PrincipalCache:
                 return None
             return entry[1]
 
-    def put(self, token_hash: str, principal: Principal) -> None:
+    @property
+    def forgotten(self) -> int:
+        """How many tokens were forgotten so far: read it before a token's read, and pass
+        it to `put`."""
+        return self._forgotten
+
+    def put(self, token_hash: str, principal: Principal, forgotten: int) -> None:
+        """Remember a token read valid while `forgotten` tokens had been forgotten; not if
+        one was forgotten since (its read may predate that revocation)."""
         with self._lock:
+            if forgotten != self._forgotten:
+                return
             now = self._clock()
             if len(self._entries) >= self._size:
                 self._entries = {h: e for h, e in self._entries.items() if e[0] > now}
@@ -145,4 +156,5 @@ class PrincipalCache:
 
     def forget(self, token_hash: str) -> None:
         with self._lock:
+            self._forgotten += 1
             self._entries.pop(token_hash, None)

@@ -95,14 +95,25 @@ def test_the_cache_is_bounded_and_entries_expire() -> None:
     cache = PrincipalCache(ttl_s=2.0, size=2, clock=clock)
     names = [Principal(name=n, role="user") for n in ("a", "b", "c")]
     for principal in names[:2]:
-        cache.put(hash_of(principal.name), principal)
-    cache.put(hash_of("a"), names[0])  # seen again: now the newest
-    cache.put(hash_of("c"), names[2])  # full: the oldest, b, goes
+        cache.put(hash_of(principal.name), principal, cache.forgotten)
+    cache.put(hash_of("a"), names[0], 0)  # seen again: now the newest
+    cache.put(hash_of("c"), names[2], 0)  # full: the oldest, b, goes
     assert [cache.get(hash_of(n)) for n in "abc"] == [names[0], None, names[2]]
     clock.now += 1.0
-    cache.put(hash_of("b"), names[1])  # full, none expired: a, the oldest, goes
+    cache.put(hash_of("b"), names[1], 0)  # full, none expired: a, the oldest, goes
     assert [cache.get(hash_of(n)) for n in "abc"] == [None, names[1], names[2]]
     clock.now += 1.0  # c's two seconds are up, b has one left
     assert [cache.get(hash_of(n)) for n in "abc"] == [None, names[1], None]
     cache.forget(hash_of("b"))
     assert cache.get(hash_of("b")) is None
+
+
+def test_a_token_read_before_a_revocation_is_not_remembered_after_it() -> None:
+    cache = PrincipalCache()
+    carol = Principal(name="carol", role="user")
+    forgotten = cache.forgotten  # a request starts reading carol's token
+    cache.forget(hash_of("colloc_carol"))  # meanwhile it is revoked through the API
+    cache.put(hash_of("colloc_carol"), carol, forgotten)  # the read ends: valid then
+    assert cache.get(hash_of("colloc_carol")) is None
+    cache.put(hash_of("colloc_carol"), carol, cache.forgotten)
+    assert cache.get(hash_of("colloc_carol")) == carol
