@@ -79,11 +79,13 @@ class HeartbeatBatcher:
                 batch = self._open = []
             batch.append(entry)
             self._changed.notify_all()
-            if leads:
-                self._changed.wait_for(lambda: len(batch) >= self.max_batch, self.window_s)
-                self._open = None
         if leads:
-            try:
+            try:  # whatever happens, the batch closes and its followers are let go
+                with self._changed:
+                    try:
+                        self._changed.wait_for(lambda: len(batch) >= self.max_batch, self.window_s)
+                    finally:
+                        self._open = None
                 self._commit(session, batch, settings)
             finally:
                 for each in batch:

@@ -193,3 +193,30 @@ def test_a_heartbeat_that_takes_the_lock_is_applied_alone(client: TestClient) ->
     assert client.get(f"/v1/jobs/{job}").json()["state"] == "running"
     expected = [12000 if k == starting else 30 + k for k in range(len(names))]
     assert [gpu_used(client, name) for name in names] == expected
+
+
+class InterruptedWait(threading.Condition):
+    """A leader's wait for its batch to fill, interrupted (KeyboardInterrupt, a bug)."""
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
+        raise RuntimeError("interrupted")
+
+
+def test_a_leader_interrupted_while_waiting_closes_its_batch(client: TestClient) -> None:
+    node = register_node(client, "n0", [T4])
+    batches_of(client, 2)
+    batcher = client.app.state.heartbeat_batcher  # type: ignore[attr-defined]
+    batcher._changed = InterruptedWait()
+    with pytest.raises(RuntimeError, match="interrupted"):
+        client.post(f"/v1/nodes/{node}/heartbeat", json=body("n0", 100))
+    batcher._changed, batcher.max_batch = threading.Condition(), 1
+    # the next heartbeat leads a batch of its own, not joining the one left without a leader
+    answers: list[int] = []
+    url, sent = f"/v1/nodes/{node}/heartbeat", body("n0", 200)
+    beat = threading.Thread(
+        target=lambda: answers.append(client.post(url, json=sent).status_code), daemon=True
+    )
+    beat.start()
+    beat.join(NEVER_S)  # a daemon: one left waiting for ever does not hold up the tests
+    assert answers == [200]
+    assert gpu_used(client, "n0") == 200
