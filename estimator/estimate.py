@@ -26,11 +26,12 @@ estimate says so in `notes`.
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -62,6 +63,23 @@ FIXED_TERMS = ("context", "workspaces", "communication", "fixed_offset")
 # simulation's 10,000 jobs hold 5,398 distinct specs on 6 GPU models (32,388 pairs);
 # an entry holds ~0.8 KiB (tracemalloc, CPython 3.11), so at most ~26 MiB.
 MODELLED_KEPT = 32_768
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _kept(cache: dict[_K, _V], key: _K, compute: Callable[[], _V]) -> _V:
+    """`cache[key]`, computed and kept when missing, the oldest entry going past
+    MODELLED_KEPT. The service's request threads share an estimator: a race between
+    them only computes a value twice or evicts one more entry, never fails a call."""
+    value = cache.get(key)
+    if value is None:
+        value = compute()
+        if len(cache) >= MODELLED_KEPT:
+            # another thread may change it meanwhile (RuntimeError) or empty it
+            with contextlib.suppress(RuntimeError, StopIteration):
+                cache.pop(next(iter(cache)), None)
+        cache[key] = value
+    return value
 
 
 class Estimate(BaseModel):
@@ -267,11 +285,7 @@ class Estimator:
             self._predicted.clear()
             self._models_artifact = self.artifact
         key = (fingerprint(spec), gpu)
-        if key not in self._models_kept:
-            if len(self._models_kept) >= MODELLED_KEPT:
-                self._models_kept.pop(next(iter(self._models_kept)), None)
-            self._models_kept[key] = self._model_terms(spec, gpu)
-        return self._models_kept[key]
+        return _kept(self._models_kept, key, lambda: self._model_terms(spec, gpu))
 
     def _model_terms(self, spec: TrainingSpec, gpu: GpuDescription) -> _Models:
         """Calibrated where in domain, else the analytical terms with the margin they
@@ -295,16 +309,15 @@ class Estimator:
 
     def _predictions(self, artifact: Artifact, row: list[float], kind: str) -> tuple[float, float]:
         """The calibration's point and bound log-ratios for one row of features."""
-        key = (tuple(row), kind)
-        if key not in self._predicted:
-            if len(self._predicted) >= MODELLED_KEPT:
-                self._predicted.pop(next(iter(self._predicted)), None)
+
+        def predict() -> tuple[float, float]:
             x = np.array([row])
-            self._predicted[key] = (
+            return (
                 float(artifact.calibration.predict(x)[0]),
                 float(artifact.calibration.predict_upper(x, kind)[0]),
             )
-        return self._predicted[key]
+
+        return _kept(self._predicted, (tuple(row), kind), predict)
 
     def _modelled(
         self,

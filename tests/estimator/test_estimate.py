@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
+from estimator import estimate
 from estimator.estimate import FIXED_TERMS, Estimator, default_estimator
 from estimator.history import HISTORY_MARGIN, ObservationHistory, fingerprint
 from estimator.learned import measurements
@@ -176,3 +180,22 @@ def test_kept_model_terms_give_the_estimates_made_afresh() -> None:
                 kept.observe(spec, gpus[i % 4], int(peak * 1.3))
         kept.artifact = None if round_ == 0 else default_estimator().artifact
     assert len(kept._models_kept) == len(specs) * len(gpus)
+
+
+def test_kept_values_are_bounded_and_shared_by_threads_without_failing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The service's request threads share an estimator's caches (estimate._kept)."""
+    monkeypatch.setattr(estimate, "MODELLED_KEPT", 8)
+    cache: dict[int, int] = {}
+
+    def fill(start: int) -> list[int]:
+        def double(key: int) -> Callable[[], int]:
+            return lambda: 2 * key
+
+        return [estimate._kept(cache, key, double(key)) for key in range(start, start + 5000)]
+
+    with ThreadPoolExecutor(4) as pool:
+        filled = list(pool.map(fill, range(0, 20000, 5000)))
+    assert [values[-1] for values in filled] == [2 * (s + 4999) for s in range(0, 20000, 5000)]
+    assert len(cache) <= 8 + 4  # each thread may add one past the bound in a race
