@@ -5,12 +5,14 @@ keeps each stream's newest bytes and the log API says how many were dropped."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import delete, func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from agent.protocol import LogChunk as LogChunkIn
 from service.config import Settings
@@ -68,6 +70,13 @@ class Cluster:
         return job.id
 
 
+@pytest.fixture
+def sessions(settings: Settings) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(settings.database_url)
+    yield make_sessionmaker(engine)
+    engine.dispose()
+
+
 def _settings(settings: Settings, **overrides: Any) -> Settings:
     return settings.model_copy(update={"retention_batch_rows": 2, **overrides})
 
@@ -79,8 +88,8 @@ def _count(session: Session, model: Any, **where: Any) -> int:
 
 def test_finished_jobs_past_their_age_go_whole_and_nothing_else_does(
     settings: Settings,
+    sessions: sessionmaker[Session],
 ) -> None:
-    sessions = make_sessionmaker(make_engine(settings.database_url))
     now = utcnow()
     with transaction(sessions) as session:
         cluster = Cluster(session, now)
@@ -105,8 +114,9 @@ def test_finished_jobs_past_their_age_go_whole_and_nothing_else_does(
         assert _count(session, JobEstimate, job_id=learned) == 1
 
 
-def test_finished_jobs_past_the_count_go_oldest_first(settings: Settings) -> None:
-    sessions = make_sessionmaker(make_engine(settings.database_url))
+def test_finished_jobs_past_the_count_go_oldest_first(
+    settings: Settings, sessions: sessionmaker[Session]
+) -> None:
     now = utcnow()
     with transaction(sessions) as session:
         cluster = Cluster(session, now)
@@ -119,8 +129,8 @@ def test_finished_jobs_past_the_count_go_oldest_first(settings: Settings) -> Non
 
 def test_old_logs_and_logs_past_the_total_go_but_not_a_running_attempts(
     settings: Settings,
+    sessions: sessionmaker[Session],
 ) -> None:
-    sessions = make_sessionmaker(make_engine(settings.database_url))
     now = utcnow()
     with transaction(sessions) as session:
         cluster = Cluster(session, now)
@@ -136,8 +146,9 @@ def test_old_logs_and_logs_past_the_total_go_but_not_a_running_attempts(
         assert week_old in set(session.scalars(select(Job.id)))  # the job itself stays
 
 
-def test_events_past_age_or_count_go_but_an_unfinished_jobs_stay(settings: Settings) -> None:
-    sessions = make_sessionmaker(make_engine(settings.database_url))
+def test_events_past_age_or_count_go_but_an_unfinished_jobs_stay(
+    settings: Settings, sessions: sessionmaker[Session]
+) -> None:
     now = utcnow()
     with transaction(sessions) as session:
         cluster = Cluster(session, now)  # the jobs' own events are 40 days old
@@ -158,8 +169,9 @@ def test_events_past_age_or_count_go_but_an_unfinished_jobs_stay(settings: Setti
         assert ages[:2] == [DAY, 2 * DAY] and len(ages) == 3
 
 
-def test_usage_samples_past_the_count_go_oldest_first(settings: Settings) -> None:
-    sessions = make_sessionmaker(make_engine(settings.database_url))
+def test_usage_samples_past_the_count_go_oldest_first(
+    settings: Settings, sessions: sessionmaker[Session]
+) -> None:
     now = utcnow()
     with transaction(sessions) as session:
         session.add_all(
@@ -176,9 +188,8 @@ def _chunk(offset: int, data: bytes) -> LogChunkIn:
 
 
 def test_the_database_keeps_each_streams_newest_bytes_and_says_what_it_dropped(
-    settings: Settings,
+    sessions: sessionmaker[Session],
 ) -> None:
-    sessions = make_sessionmaker(make_engine(settings.database_url))
     with transaction(sessions) as session:
         cluster = Cluster(session, utcnow())
         job_id = cluster.job("running", None)
@@ -192,8 +203,9 @@ def test_the_database_keeps_each_streams_newest_bytes_and_says_what_it_dropped(
     assert page.first_offset == 20 and page.dropped_bytes == 20
 
 
-def test_the_log_api_reports_dropped_bytes(client: TestClient, settings: Settings) -> None:
-    sessions = make_sessionmaker(make_engine(settings.database_url))
+def test_the_log_api_reports_dropped_bytes(
+    client: TestClient, sessions: sessionmaker[Session]
+) -> None:
     with transaction(sessions) as session:
         job_id = Cluster(session, utcnow()).job("running", None)
         attempt = session.scalars(select(Attempt).where(Attempt.job_id == job_id)).one()
