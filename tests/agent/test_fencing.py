@@ -47,13 +47,18 @@ def step(agent: Agent, done: Any, timeout_s: float = 30) -> None:
         time.sleep(0.05)
 
 
+def run_long_job(agent: Agent, server: FakeServer, job_id: int) -> None:
+    """Assign `agent` a job that runs ten minutes, and step it until the job runs."""
+    assign(agent, server, job_id, [*SIMJOB, "--peak-mib", "1000", "--seconds", "600"], 2000)
+    step(agent, lambda: any(r["state"] == "running" for r in server.reports))
+
+
 def test_an_agent_cut_off_for_its_lease_stops_its_jobs_and_reports_them_lost(
     tmp_path: Path,
 ) -> None:
     server = LeasingServer()
     agent = make_agent(tmp_path, server)
-    assign(agent, server, 1, [*SIMJOB, "--peak-mib", "1000", "--seconds", "600"], 2000)
-    step(agent, lambda: any(r["state"] == "running" for r in server.reports))
+    run_long_job(agent, server, 1)
     job = agent.jobs[(1, 1)]
     assert agent.lease_s == LEASE_S
     server.down = True
@@ -79,8 +84,7 @@ def test_a_heartbeat_never_waits_past_the_fencing_point(tmp_path: Path) -> None:
 def test_with_fencing_off_jobs_run_through_the_outage(tmp_path: Path) -> None:
     server = LeasingServer()
     agent = make_agent(tmp_path, server, self_fencing=False, stop_jobs_on_exit=True)
-    assign(agent, server, 2, [*SIMJOB, "--peak-mib", "1000", "--seconds", "600"], 2000)
-    step(agent, lambda: any(r["state"] == "running" for r in server.reports))
+    run_long_job(agent, server, 2)
     server.down = True
     silent_until = time.monotonic() + 2 * LEASE_S
     step(agent, lambda: time.monotonic() > silent_until)
@@ -179,8 +183,7 @@ def test_an_agent_restarted_while_cut_off_fences_from_the_lease_it_kept(
 ) -> None:
     server = LeasingServer()
     first = make_agent(tmp_path, server)
-    assign(first, server, 3, [*SIMJOB, "--peak-mib", "1000", "--seconds", "600"], 2000)
-    step(first, lambda: any(r["state"] == "running" for r in server.reports))
+    run_long_job(first, server, 3)
     kept = json.loads((tmp_path / "state" / "lease.json").read_text())
     assert kept["lease_s"] == LEASE_S
     server.down = True  # the node is cut off; its agent restarts
