@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -77,6 +78,13 @@ def sessions(settings: Settings) -> Iterator[sessionmaker[Session]]:
     engine.dispose()
 
 
+@contextmanager
+def seeding(sessions: sessionmaker[Session]) -> Iterator[Cluster]:
+    """A cluster to add jobs to, now; committed when the block ends."""
+    with transaction(sessions) as session:
+        yield Cluster(session, utcnow())
+
+
 def _settings(settings: Settings, **overrides: Any) -> Settings:
     return settings.model_copy(update={"retention_batch_rows": 2, **overrides})
 
@@ -90,9 +98,7 @@ def test_finished_jobs_past_their_age_go_whole_and_nothing_else_does(
     settings: Settings,
     sessions: sessionmaker[Session],
 ) -> None:
-    now = utcnow()
-    with transaction(sessions) as session:
-        cluster = Cluster(session, now)
+    with seeding(sessions) as cluster:
         old = [cluster.job("succeeded", 31 * DAY) for _ in range(5)]  # batches of 2
         recent = cluster.job("failed", 29 * DAY)
         running = cluster.job("running", None)
@@ -117,9 +123,7 @@ def test_finished_jobs_past_their_age_go_whole_and_nothing_else_does(
 def test_finished_jobs_past_the_count_go_oldest_first(
     settings: Settings, sessions: sessionmaker[Session]
 ) -> None:
-    now = utcnow()
-    with transaction(sessions) as session:
-        cluster = Cluster(session, now)
+    with seeding(sessions) as cluster:
         by_age = [cluster.job("succeeded", days * DAY) for days in (5, 4, 3, 2, 1)]
         running = cluster.job("running", None)
     prune_all(sessions, _settings(settings, retention_max_finished_jobs=2))
@@ -131,9 +135,7 @@ def test_old_logs_and_logs_past_the_total_go_but_not_a_running_attempts(
     settings: Settings,
     sessions: sessionmaker[Session],
 ) -> None:
-    now = utcnow()
-    with transaction(sessions) as session:
-        cluster = Cluster(session, now)
+    with seeding(sessions) as cluster:
         week_old = cluster.job("succeeded", 8 * DAY)
         cluster.job("succeeded", 2 * DAY)
         newer = cluster.job("failed", 1 * DAY)
