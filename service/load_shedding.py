@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 import anyio
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -106,7 +107,7 @@ class AgentTokens:
     async def admits(self, scope: Scope) -> bool:
         if self._read is None:
             return True
-        scheme, _, raw = _header(scope, b"authorization").partition(" ")
+        scheme, _, raw = Headers(scope=scope).get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
             return False
         if not self._reading and self._clock() - self._read_at >= self._refresh_s:
@@ -122,13 +123,6 @@ class AgentTokens:
             self._hashes = await anyio.to_thread.run_sync(read, limiter=self._limiter)
         except Exception:  # a database down: known tokens stay; the handler answers 503
             log.warning("could not read the agents' tokens", exc_info=True)
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            return bytes(value).decode("latin-1")
-    return ""
 
 
 @dataclass(frozen=True)
