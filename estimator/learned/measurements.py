@@ -41,6 +41,11 @@ CENSORED_MIB = 39000
 # FALL_TOLERANCE of the peak. A run more than that below a smaller batch's peak did
 # not show its own peak (it failed first) or the smaller one is inflated.
 FALL_TOLERANCE = 0.10
+# Nor does a peak grow faster than the batch: the terms that grow are proportional to
+# it, the rest constant, so a peak at batch b2 is at most b2/b1 times the peak at a
+# smaller batch b1. A run more than FALL_TOLERANCE above that bound held memory its
+# training did not allocate (a cuDNN benchmark's trial workspaces kept by the caching
+# allocator, a stale reading) or the smaller run did not show its own peak.
 # Identical peaks at batches SAME_PEAK_BATCH_RATIO or more apart are implausible when
 # the batch difference adds more saved activations than one allocator segment
 # (c10/cuda/CUDACachingAllocator.cpp kLargeBuffer, 20 MiB): the larger batch cannot
@@ -310,7 +315,11 @@ class Run:
     censored: bool = False  # at the card's limit: a floor, not a peak
 
 
-FALLS, SAME_PEAK = "falls-as-batch-grows", "same-peak-at-4x-batch"
+FALLS, GROWS, SAME_PEAK = (
+    "falls-as-batch-grows",
+    "grows-faster-than-batch",
+    "same-peak-at-4x-batch",
+)
 
 
 def implausible_runs(runs: Sequence[Run], activation_mib_per_sample: float | None) -> list[str]:
@@ -320,19 +329,28 @@ def implausible_runs(runs: Sequence[Run], activation_mib_per_sample: float | Non
     one more sample adds, if known (without it the same-peak rule cannot judge).
 
     - FALLS: the peak is more than FALL_TOLERANCE below a smaller batch's peak;
+    - GROWS: the peak is more than FALL_TOLERANCE above a smaller batch's peak scaled
+      by the ratio of their batches;
     - SAME_PEAK: the peak equals that of a batch SAME_PEAK_BATCH_RATIO or more times
       smaller or larger, where the batches differ by more than an allocator segment of
-      activations. Runs censored at the card's limit are floors and judge no other run.
+      activations. Runs censored at the card's limit are floors, and flagged runs
+      readings that are not the run's peak: neither judges another run.
     """
     flags = [""] * len(runs)
     order = sorted(range(len(runs)), key=lambda i: runs[i].batch_size)
-    highest = 0.0
+    judges: list[Run] = []  # smaller batches' runs, uncensored and unflagged
     for i in order:
         run = runs[i]
-        if run.peak_mib < (1 - FALL_TOLERANCE) * highest:
+        smaller = [j for j in judges if j.batch_size < run.batch_size]
+        if any(run.peak_mib < (1 - FALL_TOLERANCE) * j.peak_mib for j in smaller):
             flags[i] = FALLS
-        if not run.censored:
-            highest = max(highest, run.peak_mib)
+        elif not run.censored and any(
+            run.peak_mib > (1 + FALL_TOLERANCE) * j.peak_mib * run.batch_size / j.batch_size
+            for j in smaller
+        ):
+            flags[i] = GROWS
+        if not (run.censored or flags[i]):
+            judges.append(run)
     if activation_mib_per_sample is None:
         return flags
     for n, i in enumerate(order):

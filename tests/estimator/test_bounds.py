@@ -19,7 +19,7 @@ from estimator.learned.calibration import (
     coverage_by_group,
     min_conformal_points,
 )
-from estimator.learned.measurements import FALLS, SAME_PEAK, Run, implausible_runs
+from estimator.learned.measurements import FALLS, GROWS, SAME_PEAK, Run, implausible_runs
 from estimator.learned.train import environment_of, prepare, train
 
 
@@ -53,13 +53,27 @@ def test_coverage_is_reported_per_group() -> None:
 
 def test_a_peak_that_falls_as_the_batch_grows_is_flagged() -> None:
     # resnetaa34d in the shared timm sheet: 2.5 / 21.7 / 22.9 / 6.3 / 16.7 GB
-    runs = [Run(8, 2500), Run(16, 21700), Run(32, 22900), Run(64, 6300), Run(128, 16700)]
-    assert implausible_runs(runs, None) == ["", "", "", FALLS, FALLS]
+    runs = [Run(8, 5000), Run(16, 7000), Run(32, 4000), Run(64, 9000)]
+    # the run that fell did not show its peak: it judges no later run (9 GB is more
+    # than 1.1x twice its 4 GB, but within the bounds the batch-8 and -16 runs set)
+    assert implausible_runs(runs, None) == ["", "", FALLS, ""]
     # a dip inside the tolerance (cuDNN workspaces, a missed transient) is no flag
     assert implausible_runs([Run(8, 10000), Run(16, 9100)], None) == ["", ""]
     assert implausible_runs([Run(8, 10000), Run(16, 8900)], None) == ["", FALLS]
     # a run at the card's limit is a floor: it judges no later run
     assert implausible_runs([Run(8, 40000, censored=True), Run(16, 20000)], None) == ["", ""]
+
+
+def test_a_peak_that_grows_faster_than_the_batch_is_flagged() -> None:
+    # resnetaa34d in the shared timm sheet: 2.5 / 21.7 / 22.9 / 6.3 / 16.7 GB; the
+    # flagged runs judge no other (6.3 GB at batch 64 is 2.5x the batch-8 peak)
+    runs = [Run(8, 2500), Run(16, 21700), Run(32, 22900), Run(64, 6300), Run(128, 16700)]
+    assert implausible_runs(runs, None) == ["", GROWS, GROWS, "", GROWS]
+    # twice the batch, a little over twice the peak (within the tolerance): no flag
+    assert implausible_runs([Run(8, 5000), Run(16, 10900)], None) == ["", ""]
+    assert implausible_runs([Run(8, 5000), Run(16, 11100)], None) == ["", GROWS]
+    # a run at the card's limit is a floor, never too high
+    assert implausible_runs([Run(8, 5000), Run(16, 40000, censored=True)], None) == ["", ""]
 
 
 def test_identical_peaks_at_4x_the_batch_are_flagged_where_activations_show() -> None:
@@ -83,7 +97,7 @@ def test_the_committed_table_carries_the_rule_and_training_leaves_flagged_rows_o
     resnetaa = {
         r.batch_size: r.implausible for r in rows if r.model == '{"catalog": "timm:resnetaa34d"}'
     }
-    assert resnetaa[64] == resnetaa[128] == FALLS
+    assert resnetaa[16] == resnetaa[32] == resnetaa[128] == GROWS
     flagged = [r for r in rows if r.implausible and not r.censored][:50]
     assert flagged and prepare(flagged).rows == []
 
