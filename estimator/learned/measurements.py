@@ -322,11 +322,12 @@ FALLS, GROWS, SAME_PEAK = (
 )
 
 
-def implausible_runs(runs: Sequence[Run], activation_mib_per_sample: float | None) -> list[str]:
+def implausible_runs(runs: Sequence[Run], activations_mib: Sequence[float] | None) -> list[str]:
     """The implausible-measurement rule for the runs of one configuration (same model,
     input, precision, optimizer, parallelism and GPU; only the batch differs): per run,
-    the rule it breaks ("" if none). `activation_mib_per_sample`: the saved activations
-    one more sample adds, if known (without it the same-peak rule cannot judge).
+    the rule it breaks ("" if none). `activations_mib`: per run, the analytical model's
+    batch-dependent term at its batch, if known (without it the same-peak rule cannot
+    judge).
 
     - FALLS: the peak is more than FALL_TOLERANCE below a smaller batch's peak;
     - GROWS: the peak is more than FALL_TOLERANCE above a smaller batch's peak scaled
@@ -351,13 +352,13 @@ def implausible_runs(runs: Sequence[Run], activation_mib_per_sample: float | Non
             flags[i] = GROWS
         if not (run.censored or flags[i]):
             judges.append(run)
-    if activation_mib_per_sample is None:
+    if activations_mib is None:
         return flags
     for n, i in enumerate(order):
         for j in order[n + 1 :]:
             small, large = runs[i], runs[j]
             apart = large.batch_size >= SAME_PEAK_BATCH_RATIO * small.batch_size
-            added = (large.batch_size - small.batch_size) * activation_mib_per_sample
+            added = activations_mib[j] - activations_mib[i]
             same = small.peak_mib == large.peak_mib and not (small.censored or large.censored)
             if apart and same and added > ALLOCATOR_SEGMENT_MIB:
                 for k in (i, j):
@@ -365,17 +366,15 @@ def implausible_runs(runs: Sequence[Run], activation_mib_per_sample: float | Non
     return flags
 
 
-def _activation_mib_per_sample(row: Measurement) -> float | None:
-    """What one more sample adds to the analytical activations (None if the model
-    cannot be resolved)."""
+def _activations_mib(rows: Sequence[Measurement]) -> list[float] | None:
+    """The analytical batch-dependent term (the larger of the saved activations and the
+    optimizer step's temporaries) at each row's own batch, None if the model cannot be
+    resolved. Taken at the runs' batches, not as a slope at batch 1: where the step's
+    temporaries outweigh the activations the term is flat there, and a slope read 0."""
     try:
-        one, two = (
-            breakdown(row.spec().model_copy(update={"batch_size": b}), None).activations
-            for b in (1, 2)
-        )
+        return [breakdown(row.spec(), None).activations for row in rows]
     except SpecError:
         return None
-    return two - one
 
 
 def flag_implausible(rows: list[Measurement]) -> list[Measurement]:
@@ -395,8 +394,8 @@ def flag_implausible(rows: list[Measurement]) -> list[Measurement]:
             Run(rows[i].batch_size, rows[i].measured_mib, rows[i].measured_mib >= CENSORED_MIB)
             for i in members
         ]
-        per_sample = _activation_mib_per_sample(rows[members[0]])
-        for i, rule in zip(members, implausible_runs(runs, per_sample), strict=True):
+        activations = _activations_mib([rows[i] for i in members])
+        for i, rule in zip(members, implausible_runs(runs, activations), strict=True):
             flagged[i] = replace(rows[i], implausible=rule)
     return flagged
 
