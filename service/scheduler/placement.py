@@ -90,12 +90,6 @@ def _parks(reason: str) -> bool:
     return not reason.startswith(_HELD) and _REFUSED not in reason
 
 
-def _shape(job: PendingJob) -> tuple[object, ...]:
-    """All that `Scheduler._choose` reads of a job: one shape fits or fails alike."""
-    demand = tuple(sorted(job.demand_mib.items()))
-    return (job.gpus, job.exclusive, job.multi_node, job.gpu_models, job.default_demand_mib, demand)
-
-
 class _Pipeline:
     """The plugins as they judge one cycle, each prepared for it, and sorted by what the
     candidate index does for them: the Kubernetes framework's PreFilter, which keeps a
@@ -592,12 +586,13 @@ class Scheduler:
     def place(self, snapshot: Snapshot, parked: Parked | None = None) -> Plan:
         """Place what can be placed now, in queue order. `parked` is the last cycle's
         `Plan.parked`: its jobs are answered with their reason again, unsearched, while
-        no GPU of a model they may use has gained room since (their shape unchanged)."""
+        no GPU they may use has gained room enough for them since (their shape unchanged)."""
         state = _State(snapshot, self._pipeline(snapshot))
         plan = Plan()
         blocked_head = False
         parked = parked or Parked()
-        grown = self._grown(state, parked) if parked.jobs else set()
+        grown = self._grown(state, parked) if parked.jobs else {}
+        wakes: dict[Hashable, bool] = {}  # per shape of a parked job: `_wakes`' answer
         limit = self.config.max_attempts_per_cycle
         attempts = 0
         still_parked: dict[int, tuple[Hashable, str]] = {}
@@ -616,11 +611,13 @@ class Scheduler:
                     f"backing off after an OOM until {job.not_before:%Y-%m-%d %H:%M:%S} UTC"
                 )
                 continue
-            shape = _shape(job)
+            shape = job.shape
             choice: Placement | str | None = unplaceable.get(shape) or until_placed.get(shape)
+            fresh = choice is None  # not an answer this cycle gave the shape already
             if choice is None and (was := parked.jobs.get(job.id)) and was[0] == shape:
-                models = state.pipeline.allowed_models(job)
-                if not (grown if models is None else grown.intersection(models)):
+                if (woken := wakes.get(shape)) is None:
+                    woken = wakes[shape] = self._wakes(job, state.pipeline, grown)
+                if not woken:
                     choice = was[1]
             if choice is None and limit is not None and attempts >= limit:
                 plan.waiting[job.id] = (
@@ -645,8 +642,9 @@ class Scheduler:
                 continue
             if isinstance(choice, str):
                 plan.waiting[job.id] = choice
-                exact = job.gpus > 1 or _parks(choice)
-                (unplaceable if exact else until_placed)[shape] = choice
+                if fresh:
+                    exact = job.gpus > 1 or _parks(choice)
+                    (unplaceable if exact else until_placed)[shape] = choice
                 if not blocked_head:
                     blocked_head = True
                     if self._make_room(job, state, snapshot, plan):
@@ -661,18 +659,40 @@ class Scheduler:
         return plan
 
     @staticmethod
-    def _grown(state: _State, parked: Parked) -> set[str]:
-        """The GPU models of which some GPU has more room now than `parked` recorded (more
-        free memory, fewer jobs, or newly passing the job-blind filters), or is new."""
-        grown: set[str] = set()
+    def _grown(state: _State, parked: Parked) -> dict[str, tuple[int, int]]:
+        """Per GPU model, of its GPUs that pass the job-blind filters and have more room
+        now than `parked` recorded (more free memory, fewer jobs, newly passing, or new):
+        the most free memory on one, and on an idle one (-1: none)."""
+        grown: dict[str, tuple[int, int]] = {}
         for gpu in state.gpus.values():
-            if gpu.model in grown:
-                continue
-            was = parked.gpus.get(gpu.id)
             free, jobs, passes = state.room(gpu)
-            if was is None or free > was[0] or jobs < was[1] or (passes and not was[2]):
-                grown.add(gpu.model)
+            was = parked.gpus.get(gpu.id)
+            if not passes or (was is not None and free <= was[0] and jobs >= was[1] and was[2]):
+                continue
+            most, most_idle = grown.get(gpu.model, (-1, -1))
+            grown[gpu.model] = (
+                max(most, free),
+                max(most_idle, free) if is_idle(gpu) else most_idle,
+            )
         return grown
+
+    @staticmethod
+    def _wakes(job: PendingJob, pipeline: _Pipeline, grown: dict[str, tuple[int, int]]) -> bool:
+        """Whether a GPU that gained room since `job` was parked could take it now, as far
+        as the memory filter can tell (with none, any such GPU of a model it may use):
+        kube-scheduler's queueing hints, which wake a job only for events that may help it."""
+        models = pipeline.allowed_models(job)
+        memory = pipeline.memory
+        for model in grown if models is None else grown.keys() & set(models):
+            if memory is None:
+                return True
+            bound = memory.bound(job, model, pipeline.ctx)
+            if bound is None:
+                continue
+            most, most_idle = grown[model]
+            if (most_idle if bound.idle else most) >= bound.free_mib:
+                return True
+        return False
 
     def _make_room(self, job: PendingJob, state: _State, snapshot: Snapshot, plan: Plan) -> bool:
         """Preempt for, or hold GPUs for, the first blocked job; whether GPUs were held."""

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Hashable, Sequence
+from dataclasses import dataclass, field
 
 from service.scheduler.framework import (
     OK,
@@ -103,6 +103,17 @@ class MemoryFit:
         )
 
 
+class _Fits:
+    """The GPU models each waiting job shape fits (two at most: enough to know it fits
+    more than one), with the room per model they were worked out for. A long queue is
+    walked every cycle and its shapes change little, so `ScarceModel` keeps this from
+    cycle to cycle for the shapes still waiting; replaced whole, so a cycle and an
+    `explain` running at once each see one consistent answer."""
+
+    def __init__(self) -> None:
+        self.kept: tuple[dict[str, int], dict[Hashable, tuple[str, ...]]] = ({}, {})
+
+
 @dataclass(frozen=True)
 class ScarceModel:
     """GPUs kept for waiting jobs that fit only their GPU model (as many as those jobs
@@ -113,6 +124,7 @@ class ScarceModel:
     one_model_jobs: frozenset[int] = (
         frozenset()
     )  # the jobs they are kept for, and jobs that fit none
+    fits: _Fits = field(default_factory=_Fits, compare=False, repr=False)
 
     def prepare(self, snapshot: Snapshot, ctx: Context) -> ScarceModel:
         """For each GPU model that is the only one some waiting jobs fit, as many of its
@@ -120,26 +132,37 @@ class ScarceModel:
         the jobs that fit one GPU model at most."""
         headroom = ctx.config.headroom_mib
         room = room_by_model(((g.model, g.memory_total_mib) for g in snapshot.gpus), headroom)
+        was_room, known = self.fits.kept
+        if was_room != room:
+            known = {}
+        fits_by_shape: dict[Hashable, tuple[str, ...]] = {}
         wanted: dict[str, int] = {}
         one_model: set[int] = set()
         for job in snapshot.pending:
-            fits = list(  # two are enough to know the job fits more than one model
-                itertools.islice(
-                    (
-                        model
-                        for model, most in room.items()
-                        if (job.gpu_models is None or model in job.gpu_models)
-                        and (demand := job.demand_for(model)) is not None
-                        and demand <= most
-                    ),
-                    2,
+            shape = job.shape
+            fits = fits_by_shape.get(shape)
+            if fits is None:
+                fits = known.get(shape)
+            if fits is None:
+                fits = tuple(
+                    itertools.islice(
+                        (
+                            model
+                            for model, most in room.items()
+                            if (job.gpu_models is None or model in job.gpu_models)
+                            and (demand := job.demand_for(model)) is not None
+                            and demand <= most
+                        ),
+                        2,
+                    )
                 )
-            )
+            fits_by_shape[shape] = fits
             if len(fits) > 1:
                 continue
             one_model.add(job.id)
             if fits and len(room) > 1 and not job.exclusive:
                 wanted[fits[0]] = wanted.get(fits[0], 0) + job.gpus
+        self.fits.kept = (room, fits_by_shape)
         kept: list[int] = []
         if wanted:
             by_room = sorted(snapshot.gpus, key=lambda g: (-g.free_mib(headroom), g.id))

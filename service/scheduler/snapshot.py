@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,21 @@ class PendingJob:
 
     def demand_for(self, model: str) -> int | None:
         return self.demand_mib.get(model, self.default_demand_mib)
+
+    @cached_property
+    def shape(self) -> Hashable:
+        """All that placement reads of the job but who it is and where it queues: jobs of
+        one shape fit or fail alike (worked out once per view: a long queue is walked
+        every cycle)."""
+        demand = tuple(sorted(self.demand_mib.items()))
+        return (
+            self.gpus,
+            self.exclusive,
+            self.multi_node,
+            self.gpu_models,
+            self.default_demand_mib,
+            demand,
+        )
 
 
 def pending_job(
@@ -161,7 +177,7 @@ class Parked:
     """Jobs a cycle found no room for, each with the shape it failed in and why, and
     every GPU's room as that cycle left it (free MiB, jobs, whether the job-blind filters
     pass it). Handed to the next `Scheduler.place`, it answers those jobs at once while
-    no GPU of a model they may use has more room: kube-scheduler's unschedulable queue,
+    no GPU they may use has gained room enough for them: kube-scheduler's unschedulable queue,
     kept pure by travelling in the Plan rather than in the scheduler."""
 
     jobs: Mapping[int, tuple[Hashable, str]] = field(default_factory=dict)

@@ -5,6 +5,7 @@ tries at most `max_attempts_per_cycle` jobs, in queue order."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from service.scheduler.framework import Context, MemoryBound, Registry, SchedulerConfig
 from service.scheduler.placement import Scheduler
@@ -68,6 +69,39 @@ def test_a_parked_job_waits_unsearched_until_a_gpu_it_could_use_gains_room() -> 
     assert Scheduler(NO_HOLDS).place(Snapshot(NODES, a100_free, (t4_job,))).waiting == {
         1: second.waiting[1]
     }
+
+
+class CountingScheduler(Scheduler):
+    """A scheduler that counts the jobs it searches GPUs for."""
+
+    searches = 0
+
+    def _choose(self, job: PendingJob, state: Any) -> Any:
+        self.searches += 1
+        return super()._choose(job, state)
+
+
+def test_a_parked_job_is_not_woken_by_room_too_small_for_it() -> None:
+    gpus = (gpu(1, 1, reserved_mib=12000, jobs=2), gpu(2, 2, reserved_mib=1000, jobs=1))
+    small, whole = job(1, 8000), job(2, None, exclusive=True, default_demand_mib=15360)
+    scheduler = CountingScheduler(NO_HOLDS)
+    first = scheduler.place(Snapshot(NODES, gpus, (small, whole)))
+    assert set(first.parked.jobs) == {2} and [p.job_id for p in first.placements] == [1]
+    # GPU 1 gains 4 GB but stays shared: no help to a job that needs a GPU whole
+    scheduler.searches = 0
+    shared = (replace(gpus[0], reserved_mib=8000, jobs=1), gpus[1])
+    second = scheduler.place(Snapshot(NODES, shared, (whole,)), first.parked)
+    assert scheduler.searches == 0 and second.waiting[2] == first.waiting[2]
+    # a job that needs more room than GPU 1 gained is not searched either
+    big = job(3, 15000)
+    parked = scheduler.place(Snapshot(NODES, gpus, (big,))).parked
+    scheduler.searches = 0
+    assert scheduler.place(Snapshot(NODES, shared, (big,)), parked).parked.jobs.keys() == {3}
+    assert scheduler.searches == 0
+    # GPU 1 empties: both are searched again; the whole-GPU job is first in the queue
+    empty = (replace(gpus[0], reserved_mib=0, jobs=0), gpus[1])
+    third = scheduler.place(Snapshot(NODES, empty, (whole,)), second.parked)
+    assert scheduler.searches == 1 and [p.job_id for p in third.placements] == [2]
 
 
 def test_a_parked_job_whose_demand_changed_is_searched_again() -> None:
