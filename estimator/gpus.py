@@ -15,6 +15,7 @@ measured CUDA context), from the catalog, or from stated generic defaults.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ GPU_MODELS: tuple[GpuModel, ...] = (
 _VENDOR_PREFIXES = ("nvidia ", "tesla ", "geforce ")
 
 
+@lru_cache(maxsize=1024)  # a cluster has a few GPU names, each looked up per estimate
 def _key(name: str) -> str:
     """Case- and vendor-prefix-insensitive form of a model name."""
     key = " ".join(name.strip().lower().split())
