@@ -41,11 +41,24 @@ def followed_reservation(
 
 
 def oom_retry_floor(
-    rules: ReservationRules, *, reserved_mib: int, peak_mib: int, available_mib: int
+    rules: ReservationRules, *, needed_mib: int, outgrown: bool, last_try: bool, largest_mib: int
 ) -> int:
-    """The least a retry after an OOM reserves per GPU: more than the attempt needed, and
-    a CUDA OOM means it needed more than it reserved, reached or could have had."""
-    return math.ceil(max(reserved_mib, peak_mib, available_mib) * rules.oom_factor)
+    """The least a retry after an OOM reserves per GPU, for a job that needed more than
+    `needed_mib` where the most one eligible GPU can give it is `largest_mib`.
+
+    The factor more, but never more than the largest GPU gives, so that a job does not
+    fail for want of a GPU while one could give it more than it needed. A job that
+    `outgrew` its reservation showed its estimate wrong by an unknown amount: on its
+    last try it gets the largest GPU whole, so that it does not fail for want of
+    attempts while some GPU could run it alone. One squeezed out by its neighbours
+    (its own need was within its reservation) does not need that. With no GPU giving
+    more than it needed, the factor more (the job cannot run again)."""
+    least = math.ceil(needed_mib * rules.oom_factor)
+    if needed_mib >= largest_mib:
+        return least
+    if outgrown and last_try:
+        return largest_mib
+    return min(least, largest_mib)
 
 
 def retry_backoff_s(rules: ReservationRules, failures: int) -> float:
@@ -130,8 +143,8 @@ def settle(
     A preempted attempt sends the job back to the queue. An `oom` or `lost` attempt is
     retried while the job's attempt budget lasts (preempted attempts do not count),
     after a back-off that doubles with each failure; after an OOM no later attempt
-    reserves less than the factor times what this one needed, and a job no node could
-    give that much on as many GPUs as it needs fails instead of waiting for ever.
+    reserves less than `oom_retry_floor` says, and a job no node could give that much
+    on as many GPUs as it needs fails instead of waiting for ever.
     """
     outcome = ending.outcome
     if outcome == AttemptState.PREEMPTED:
@@ -142,34 +155,53 @@ def settle(
         return Decision(JobState(outcome), ending.reason, job.floor_mib, None)
     floor = job.floor_mib
     if outcome == AttemptState.OOM:
-        floor = least = max(
+        available = _available_mib(ending.gpus)
+        # a CUDA OOM means it needed more than it reserved, reached or could have had
+        needed = max(ending.reserved_mib, ending.peak_mib, available)
+        largest = _largest_room_mib(job, cluster, headroom_mib)
+        floor = max(
             oom_retry_floor(
                 rules,
-                reserved_mib=ending.reserved_mib,
-                peak_mib=ending.peak_mib,
-                available_mib=_available_mib(ending.gpus),
+                needed_mib=needed,
+                # it passed its reservation, or ran out with its reservation intact
+                outgrown=ending.peak_mib > ending.reserved_mib or available >= ending.reserved_mib,
+                last_try=tries + 1 >= job.max_attempts,
+                largest_mib=largest,
             ),
             floor or 0,
         )
-        if not can_ever_fit(  # as admission asks it: a gang needs its GPUs on one node
-            gpus=job.gpus,
-            models=job.gpu_models,
-            cluster=cluster,
-            demand=lambda _model: least,
-            headroom_mib=headroom_mib,
-        ):
+        if needed >= largest or floor > largest:
             reason = (
-                f"needs at least {least} MiB on each of {job.gpus} GPU(s) of one node, "
+                f"needs at least {floor} MiB on each of {job.gpus} GPU(s) of one node, "
                 "more than any eligible GPU has on a node with that many"
             )
             return Decision(JobState.OOM, reason, floor, None)
-        why = f"requeued with at least {least} MiB per GPU"
+        why = f"requeued with at least {floor} MiB per GPU"
     else:
         why = "requeued after the attempt was lost"
     failures = sum(1 for state in ended if state in RETRIED_ATTEMPT_STATES)
     backoff = retry_backoff_s(rules, failures)
     reason = f"{why}, not before {backoff:g} s (attempt {tries + 1} of {job.max_attempts})"
     return Decision(JobState.PENDING, reason, floor, backoff)
+
+
+def _largest_room_mib(
+    job: JobHistory, cluster: Sequence[tuple[int, str, int]], headroom_mib: int
+) -> int:
+    """The most one GPU can give the job, where a node has as many GPUs of its models
+    giving that much as the job needs (0: nowhere), as admission counts them."""
+
+    def gang_fits(room: int) -> bool:
+        return can_ever_fit(
+            gpus=job.gpus,
+            models=job.gpu_models,
+            cluster=cluster,
+            demand=lambda _model: room,
+            headroom_mib=headroom_mib,
+        )
+
+    sizes = {total - headroom_mib for _node, _model, total in cluster}
+    return max((room for room in sizes if gang_fits(room)), default=0)
 
 
 def _available_mib(gpus: Sequence[GpuHeld]) -> int:

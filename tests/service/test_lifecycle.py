@@ -127,11 +127,12 @@ def test_oom_is_requeued_on_a_gpu_that_can_hold_more(client: TestClient) -> None
     beat(client, node, [running(job["id"])])
     beat(client, node, [exited(job["id"], code=1, outcome="oom", peak=6000)])
     shown = job_of(client, job["id"])
-    # it died alone on a 15360 MiB GPU, so it needs more than that: 1.2 x 15360
-    assert shown["state"] == "pending" and shown["reservation_floor_mib"] == 18432
+    # it died alone on a 15360 MiB GPU past its reservation, so its estimate was wrong:
+    # its last try gets the largest GPU whole (40960 less the 256 MiB headroom)
+    assert shown["state"] == "pending" and shown["reservation_floor_mib"] == 40704
     cycle(client)
     second = job_of(client, job["id"])["attempts"][1]
-    assert second["reserved_mib"] == 18432 and second["gpus"][0]["model"].endswith("40GB")
+    assert second["reserved_mib"] == 40704 and second["gpus"][0]["model"].endswith("40GB")
     beat(client, node, [running(job["id"], attempt=2)])
     beat(client, node, [exited(job["id"], attempt=2, code=1, outcome="oom", peak=9000)])
     shown = job_of(client, job["id"])

@@ -14,7 +14,8 @@ from service.scheduler.lifecycle import (
 from service.scheduler.states import AttemptState, JobState
 
 RULES = ReservationRules(oom_factor=1.5, oom_backoff_s=10.0)
-ONE_NODE = [(1, "big", 40000), (1, "big", 40000)]
+# one node of two 16000 MiB GPUs, one of two 24000, one with a single 40000
+CLUSTER = [(1, "small", 16000)] * 2 + [(2, "mid", 24000)] * 2 + [(3, "big", 40000)]
 EMPTY_GPU = GpuHeld(memory_total_mib=16000, foreign_mib=0, neighbours_mib=0)
 
 
@@ -24,14 +25,17 @@ def decide(
     *,
     floor_mib: int | None = None,
     gpus: list[GpuHeld] | None = None,
+    reserved_mib: int = 4000,
+    peak_mib: int = 9000,
+    job_gpus: int = 1,
 ) -> Decision:
     return settle(
         RULES,
-        ending=Ending(outcome, "agent's reason", 4000, 9000, gpus or [EMPTY_GPU]),
+        ending=Ending(outcome, "agent's reason", reserved_mib, peak_mib, gpus or [EMPTY_GPU]),
         job=JobHistory(
-            gpus=1, gpu_models=None, max_attempts=4, floor_mib=floor_mib, earlier=earlier
+            gpus=job_gpus, gpu_models=None, max_attempts=4, floor_mib=floor_mib, earlier=earlier
         ),
-        cluster=ONE_NODE,
+        cluster=CLUSTER,
         headroom_mib=0,
     )
 
@@ -61,6 +65,39 @@ def test_the_oom_floor_comes_from_the_tightest_gpu_and_never_drops() -> None:
     # max(reserved 4000, peak 9000, tightest 10000) x 1.5
     assert decide(AttemptState.OOM, [], gpus=[loose, tight]).floor_mib == 15000
     assert decide(AttemptState.OOM, [], floor_mib=20000, gpus=[tight]).floor_mib == 20000
+
+
+def test_the_oom_floor_never_asks_more_than_the_largest_gpu_gives() -> None:
+    # 1.5 x 30000 is more than any GPU has, but the lone 40000 one gives more than 30000
+    assert decide(AttemptState.OOM, [], peak_mib=30000).floor_mib == 40000
+    # a gang of two cannot have it: two 24000 GPUs on one node give no more than 24000
+    gang = decide(AttemptState.OOM, [], peak_mib=24000, job_gpus=2)
+    assert (gang.job_state, gang.floor_mib) == (JobState.OOM, 36000)
+    assert gang.reason is not None and "on each of 2 GPU(s) of one node" in gang.reason
+
+
+def test_the_last_try_of_a_job_that_outgrew_its_reservation_gets_the_largest_gpu() -> None:
+    """Its estimate was wrong by an unknown amount: its attempts must not run out while
+    a GPU could still run it alone."""
+    last = decide(AttemptState.OOM, [AttemptState.OOM, AttemptState.LOST])
+    assert last.job_state == JobState.PENDING and last.floor_mib == 40000
+    assert decide(AttemptState.OOM, [AttemptState.OOM] * 2, job_gpus=2).floor_mib == 24000
+
+
+def test_a_job_squeezed_out_by_its_neighbours_asks_only_the_factor_more() -> None:
+    # it reserved 9000 and reached 5000, but its neighbours left it only 8000
+    squeezed = GpuHeld(memory_total_mib=16000, foreign_mib=0, neighbours_mib=8000)
+    for earlier in ([], [AttemptState.OOM] * 2):  # on its last try too
+        decision = decide(
+            AttemptState.OOM, earlier, gpus=[squeezed], reserved_mib=9000, peak_mib=5000
+        )
+        assert decision.floor_mib == 13500  # 1.5 x 9000
+
+
+def test_a_job_that_needed_more_than_every_gpu_has_fails() -> None:
+    alone = GpuHeld(memory_total_mib=40000, foreign_mib=0, neighbours_mib=0)
+    spent = decide(AttemptState.OOM, [], gpus=[alone], reserved_mib=30000, peak_mib=40000)
+    assert spent.job_state == JobState.OOM and spent.floor_mib == 60000
 
 
 def test_an_attempt_asked_to_stop_ended_as_asked_unless_it_succeeded() -> None:
