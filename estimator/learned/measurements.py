@@ -39,9 +39,7 @@ CENSORED_MIB = 39000
 # missing a transient such as the optimizer step's temporaries, the caching
 # allocator's 20 MiB segment rounding: a few hundred MiB on runs of 2-40 GB, under
 # FALL_TOLERANCE of the peak. A run more than that below a smaller batch's peak did
-# not show its own peak (it failed first) or the smaller one is inflated (a stale
-# reading, a cuDNN benchmark's trial workspaces kept): nothing tells which, so both
-# runs are flagged.
+# not show its own peak (it failed first) or the smaller one is inflated.
 FALL_TOLERANCE = 0.10
 # Nor does a peak grow faster than the batch: the terms that grow are proportional to
 # it, the rest constant, so a peak at batch b2 is at most b2/b1 times the peak at a
@@ -331,39 +329,29 @@ def implausible_runs(runs: Sequence[Run], activations_mib: Sequence[float] | Non
     batch-dependent term at its batch, if known (without it the same-peak rule cannot
     judge).
 
-    - FALLS: the peak is more than FALL_TOLERANCE below a smaller batch's peak; that
-      smaller run is flagged too (physics cannot tell which of the two is wrong);
+    - FALLS: the peak is more than FALL_TOLERANCE below a smaller batch's peak;
     - GROWS: the peak is more than FALL_TOLERANCE above a smaller batch's peak scaled
       by the ratio of their batches;
     - SAME_PEAK: the peak equals that of a batch SAME_PEAK_BATCH_RATIO or more times
       smaller or larger, where the batches differ by more than an allocator segment of
       activations. Runs censored at the card's limit are floors, and flagged runs
-      readings that may not be the run's peak: neither judges another run.
-
-    Runs are judged in batch order, each by the smaller runs still unflagged. A judge
-    that a larger run later falls below stops judging from then on; the verdicts it
-    gave stand: a run it flagged contradicts it (one of the two is wrong either way),
-    and a run it kept was consistent with it and is judged by the remaining runs.
+      readings that are not the run's peak: neither judges another run.
     """
     flags = [""] * len(runs)
     order = sorted(range(len(runs)), key=lambda i: runs[i].batch_size)
-    judges: list[int] = []  # smaller batches' runs, uncensored and unflagged
+    judges: list[Run] = []  # smaller batches' runs, uncensored and unflagged
     for i in order:
         run = runs[i]
-        smaller = [j for j in judges if runs[j].batch_size < run.batch_size]
-        above = [j for j in smaller if run.peak_mib < (1 - FALL_TOLERANCE) * runs[j].peak_mib]
-        if above:
-            for k in (*above, i):
-                flags[k] = FALLS
-            judges = [j for j in judges if j not in above]
+        smaller = [j for j in judges if j.batch_size < run.batch_size]
+        if any(run.peak_mib < (1 - FALL_TOLERANCE) * j.peak_mib for j in smaller):
+            flags[i] = FALLS
         elif not run.censored and any(
-            run.peak_mib
-            > (1 + FALL_TOLERANCE) * runs[j].peak_mib * run.batch_size / runs[j].batch_size
+            run.peak_mib > (1 + FALL_TOLERANCE) * j.peak_mib * run.batch_size / j.batch_size
             for j in smaller
         ):
             flags[i] = GROWS
         if not (run.censored or flags[i]):
-            judges.append(i)
+            judges.append(run)
     if activations_mib is None:
         return flags
     for n, i in enumerate(order):

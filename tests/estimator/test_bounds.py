@@ -51,22 +51,15 @@ def test_coverage_is_reported_per_group() -> None:
     assert coverage_by_group(measured, upper, groups) == {"a": (2, 0.5), "b": (2, 0.0)}
 
 
-def test_a_peak_that_falls_as_the_batch_grows_is_flagged_with_the_run_it_falls_below() -> None:
-    # mobilevitv2_125 in the shared timm sheet: 30.1 GB at batch 8, 8.5 at 16, 9.4 at
-    # 32: the fall says one of the first two is wrong, not which, so both are flagged;
-    # the batch-32 run, judged by no flagged run, is kept
-    runs = [Run(8, 30137), Run(16, 8535), Run(32, 9387)]
-    assert implausible_runs(runs, None) == [FALLS, FALLS, ""]
-    # a run consistent with the rest keeps judging and is kept: only the pair that
-    # contradicts itself is flagged (batch 32 is within the bounds batch 4 sets)
-    runs = [Run(4, 5000), Run(8, 9500), Run(16, 5200), Run(32, 9000)]
-    assert implausible_runs(runs, None) == ["", FALLS, FALLS, ""]
-    # a run that falls below two smaller runs flags all three
+def test_a_peak_that_falls_as_the_batch_grows_is_flagged() -> None:
+    # resnetaa34d in the shared timm sheet: 2.5 / 21.7 / 22.9 / 6.3 / 16.7 GB
     runs = [Run(8, 5000), Run(16, 7000), Run(32, 4000), Run(64, 9000)]
-    assert implausible_runs(runs, None) == [FALLS, FALLS, FALLS, ""]
+    # the run that fell did not show its peak: it judges no later run (9 GB is more
+    # than 1.1x twice its 4 GB, but within the bounds the batch-8 and -16 runs set)
+    assert implausible_runs(runs, None) == ["", "", FALLS, ""]
     # a dip inside the tolerance (cuDNN workspaces, a missed transient) is no flag
     assert implausible_runs([Run(8, 10000), Run(16, 9100)], None) == ["", ""]
-    assert implausible_runs([Run(8, 10000), Run(16, 8900)], None) == [FALLS, FALLS]
+    assert implausible_runs([Run(8, 10000), Run(16, 8900)], None) == ["", FALLS]
     # a run at the card's limit is a floor: it judges no later run
     assert implausible_runs([Run(8, 40000, censored=True), Run(16, 20000)], None) == ["", ""]
 
