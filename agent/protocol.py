@@ -95,6 +95,8 @@ class GpuKind(Request):
     12.4), and its bare CUDA context as the agent measured it; None where unknown."""
 
     model: Annotated[str, StringConstraints(min_length=1, max_length=128)]
+    # what jobs can have: the memory less what the driver and firmware reserve, where
+    # NVML says (agent/backends/nvml.py); a GPU's `memory_used_mib` is of the same
     memory_total_mib: int = Field(ge=1, le=MAX_MIB)
     compute_capability: (
         Annotated[str, StringConstraints(pattern=r"^[1-9][0-9]?\.[0-9]{1,2}$")] | None

@@ -96,7 +96,7 @@ class NvmlBackend:
                 index=index,
                 uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
                 model=_text(nvml.nvmlDeviceGetName(handle)),
-                memory_total_mib=int(nvml.nvmlDeviceGetMemoryInfo(handle).total // MIB),
+                memory_total_mib=self._read_memory(handle)[0],
                 compute_capability=f"{capability[0]}.{capability[1]}" if capability else None,
                 driver_version=_text(driver) if driver else None,
                 cuda_driver_version=int(cuda) if cuda else None,
@@ -155,9 +155,26 @@ class NvmlBackend:
                 xids.append(int(data.eventData))
         return tuple(xids)
 
+    def _read_memory(self, handle: Any) -> tuple[int, int]:
+        """(MiB that jobs can have, MiB of it allocated). Version 2 of the call states what
+        the driver and firmware reserve (drivers from R510 on): no process can allocate it,
+        yet version 1 counts it used ("Sum of Reserved and Allocated", NVML's
+        nvmlMemory_t), so an idle GPU would show hundreds of MiB in use that no job can
+        ever get (nvml-wrapper issue 57: 912 MB on idle A100s). Allocated is usable less
+        free, which holds whether a driver's v2 `used` counts the reserved memory or not
+        (NVML's reference has said both)."""
+        nvml = self._nvml
+        try:
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
+            usable = memory.total - memory.reserved
+        except (nvml.NVMLError_FunctionNotFound, nvml.NVMLError_NotSupported):  # older driver
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            usable = memory.total
+        return int(usable // MIB), int(max(0, usable - memory.free) // MIB)
+
     def _sample(self, gpu: _Gpu) -> GpuSample:
         nvml, handle = self._nvml, gpu.handle
-        memory = self._call(gpu, nvml.nvmlDeviceGetMemoryInfo, handle)
+        memory = self._call(gpu, self._read_memory, handle)
         rates = self._call(gpu, nvml.nvmlDeviceGetUtilizationRates, handle)
         running = [
             *(self._call(gpu, nvml.nvmlDeviceGetComputeRunningProcesses, handle) or []),
@@ -187,7 +204,7 @@ class NvmlBackend:
         processes = tuple(ProcessMemory(pid, mib) for pid, mib in used.items())
         return GpuSample(
             uuid=gpu.device.uuid,
-            memory_used_mib=int(memory.used // MIB) if memory is not None else None,
+            memory_used_mib=memory[1] if memory is not None else None,
             utilization_pct=float(rates.gpu) if rates is not None else None,
             processes=processes,
             memory_utilization_pct=float(rates.memory) if rates is not None else None,

@@ -189,7 +189,7 @@ def test_nvml_discovery_describes_each_device(monkeypatch: pytest.MonkeyPatch) -
         "uuid": "GPU-aaaa",
         "index": 0,
         "model": "NVIDIA A100-SXM4-40GB",
-        "memory_total_mib": 40960,
+        "memory_total_mib": 40960 - 512,  # less what its driver reserves
         "compute_capability": "8.0",
         "driver_version": "550.54.15",
         "cuda_driver_version": 12040,

@@ -41,6 +41,7 @@ CONSTANTS = (
     "NVML_VOLATILE_ECC",
     "NVML_DEVICE_MIG_ENABLE",
     "nvmlEventTypeXidCriticalError",
+    "nvmlMemory_v2",
 )
 ERRORS = (
     "NVMLError_NotSupported",
@@ -48,12 +49,22 @@ ERRORS = (
     "NVMLError_Timeout",
     "NVMLError_LibraryNotFound",
     "NVMLError_DriverNotLoaded",
+    "NVMLError_FunctionNotFound",
 )
 
 
 @dataclass
 class Memory:  # c_nvmlMemory_t: bytes
     total: int
+    free: int
+    used: int
+
+
+@dataclass
+class MemoryV2:  # c_nvmlMemory_v2_t: bytes
+    version: int
+    total: int
+    reserved: int
     free: int
     used: int
 
@@ -120,11 +131,15 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetName(self, handle: int) -> bytes:
         return self.gpus[handle][1].encode()
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int, version: Any = None) -> Memory:
+    def nvmlDeviceGetMemoryInfo(self, handle: int, version: Any = None) -> Memory | MemoryV2:
         if handle == 1 and self.lost:
             raise self.NVMLError_GpuIsLost()
         total = self.gpus[handle][2] * MIB
-        return Memory(total, total - 5000 * MIB, 5000 * MIB)
+        if version is None:  # v1: the driver's reserved memory counts as used
+            return Memory(total, total - 5512 * MIB, 5512 * MIB)
+        if handle == 1:  # the T4's driver predates nvmlDeviceGetMemoryInfo_v2
+            raise self.NVMLError_FunctionNotFound()
+        return MemoryV2(version, total, 512 * MIB, total - 5512 * MIB, 5512 * MIB)
 
     def nvmlDeviceGetUtilizationRates(self, handle: int) -> Rates:
         if handle == 0:
@@ -184,6 +199,8 @@ def test_the_fake_has_the_real_modules_names_signatures_and_errors() -> None:
         assert list(real.parameters) == list(ours.parameters), name
     for name in ERRORS:
         assert issubclass(getattr(pynvml, name), pynvml.NVMLError)
+    memory_fields = [name for name, _type in pynvml.c_nvmlMemory_v2_t._fields_]
+    assert memory_fields == list(MemoryV2.__dataclass_fields__)
     result_fields = [name for name, _type in pynvml.c_nvmlEventData_t._fields_]
     assert result_fields == list(EventData.__dataclass_fields__)
 
@@ -193,17 +210,20 @@ def test_devices_and_samples(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     backend = NvmlBackend.open()
     a100, t4 = backend.devices()
+    # what jobs can have: the A100's driver reserves 512 MiB; the T4's older driver
+    # cannot say (NVML's version 1 call), so all of it
     assert (a100.uuid, a100.model, a100.memory_total_mib) == (
         "GPU-aaaa",
         "NVIDIA A100-SXM4-40GB",
-        40960,
+        40960 - 512,
     )
-    assert t4.model == "Tesla T4"
+    assert (t4.model, t4.memory_total_mib) == ("Tesla T4", 15360)
     first, second = backend.sample()
     # NotSupported is an explicit "unknown", not a crash, and never 0
     assert first.utilization_pct is None and first.memory_utilization_pct is None
     assert first.power_w is None and first.mig_enabled is True and first.temperature_c == 41
-    assert second.utilization_pct == 37.0 and second.memory_used_mib == 5000
+    assert first.memory_used_mib == 5000  # allocated, not the driver's reserved 512 MiB
+    assert second.utilization_pct == 37.0 and second.memory_used_mib == 5512
     assert second.memory_utilization_pct == 10 and second.power_w == 70.5
     assert second.mig_enabled is None and second.ecc_uncorrected == 0
     assert [(p.pid, p.used_mib) for p in first.processes] == [(4242, 3000), (4343, None)]
