@@ -128,11 +128,6 @@ class _Pipeline:
         ctx = self.ctx
         return all(check.check(job, gpu, ctx).ok for _name, check in self.filters)
 
-    def passes_rest(self, job: PendingJob, gpu: GpuView) -> bool:
-        """The filters a GPU from `_State.candidates` has not met by construction."""
-        ctx = self.ctx
-        return all(check.check(job, gpu, ctx).ok for check in self.rest)
-
     def scores(self, job: PendingJob, pool: list[GpuView]) -> list[float]:
         """The weighted sum of every scorer's 0-100 answer, per GPU of `pool`."""
         totals = [0.0] * len(pool)
@@ -300,19 +295,26 @@ class _State:
                 and self.pipeline.passes(job, beside)
             ):
                 return beside
-            if self.pipeline.passes_rest(job, gpu):
-                found.held_for.add(self.held[gpu_id])
-                above = None if beside is None else beside.free_mib(self.headroom)
-                if above is not None and above < (job.demand_for(gpu.model) or 0):
-                    was = found.above_kept_mib
-                    found.above_kept_mib = above if was is None else max(was, above)
+            if self._refused(job, gpu, found):  # a refusal, not the hold, keeps it off
+                return None
+            found.held_for.add(self.held[gpu_id])
+            above = None if beside is None else beside.free_mib(self.headroom)
+            if above is not None and above < (job.demand_for(gpu.model) or 0):
+                was = found.above_kept_mib
+                found.above_kept_mib = above if was is None else max(was, above)
             return None
+        return None if self._refused(job, gpu, found) else gpu
+
+    def _refused(self, job: PendingJob, gpu: GpuView, found: _Search) -> bool:
+        """Whether a filter the index does not apply refuses `gpu`, noting the first
+        refusal: a job refused by one does not wait for room alone, so it is not parked
+        (what such a filter refuses can change with no GPU gaining room)."""
         ctx = self.ctx
         for check in self.rest:
             if not (status := check.check(job, gpu, ctx)).ok:
                 found.refusal = found.refusal or status.reason
-                return None
-        return gpu
+                return True
+        return False
 
     def _ends(
         self, job: PendingJob, entries: list[tuple[int, int]], start: int, k: int, found: _Search

@@ -133,3 +133,19 @@ def test_answers_known_this_cycle_do_not_spend_the_attempts() -> None:
     plan = Scheduler(config).place(Snapshot(NODES, gpus, (*too_big, small)))
     assert [p.job_id for p in plan.placements] == [4]
     assert plan.waiting[3] == plan.waiting[1]
+
+
+def test_a_job_refused_beside_a_hold_is_not_parked() -> None:
+    # the A100 is held for the 38 GB job; scarce_model refuses the 12 GB job the room
+    # above the hold (it fits the T4's model too): refused, it does not wait for room
+    gpus = (
+        gpu(1, 1, 40960, A100, reserved_mib=10000, used_mib=10000, jobs=1),
+        gpu(2, 2, reserved_mib=14000, used_mib=14000, jobs=1),
+    )
+    head, small = job(1, 38000, priority=1), job(2, 12000)
+    config = SchedulerConfig(headroom_mib=0)
+    first = Scheduler(config).place(Snapshot(NODES, gpus, (head, small)))
+    assert first.held == {1: 1} and 2 not in first.parked.jobs
+    # the held job is cancelled: no GPU gains room, and the job is placed
+    second = Scheduler(config).place(Snapshot(NODES, gpus, (small,)), first.parked)
+    assert [p.job_id for p in second.placements] == [2]
