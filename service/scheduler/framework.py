@@ -150,7 +150,9 @@ def is_idle(gpu: GpuView) -> bool:
 @runtime_checkable
 class MemoryIndex(Protocol):
     """A filter that a GPU passes exactly when it meets a `MemoryBound`: the core takes
-    candidates from its GPUs sorted by free memory, from that bound up."""
+    candidates from its GPUs sorted by free memory, from that bound up. The bound may
+    read only the job's shape (`PendingJob.shape`) and the configuration: the core
+    keeps it per shape, and from cycle to cycle for parked jobs."""
 
     def bound(self, job: PendingJob, model: str, ctx: Context) -> MemoryBound | None:
         """What a GPU of `model` needs to pass for `job` (None: none passes)."""

@@ -168,7 +168,7 @@ class ScarceModel:
             by_room = sorted(snapshot.gpus, key=lambda g: (-g.free_mib(headroom), g.id))
             for model, count in wanted.items():
                 kept.extend(itertools.islice((g.id for g in by_room if g.model == model), count))
-        return ScarceModel(frozenset(kept), frozenset(one_model))
+        return ScarceModel(frozenset(kept), frozenset(one_model), self.fits)
 
     def check(self, job: PendingJob, gpu: GpuView, ctx: Context) -> Status:
         if gpu.id not in self.kept_gpus or job.exclusive or job.id in self.one_model_jobs:
