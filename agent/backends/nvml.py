@@ -167,7 +167,9 @@ class NvmlBackend:
         try:
             memory = nvml.nvmlDeviceGetMemoryInfo(handle, version=nvml.nvmlMemory_v2)
             usable = memory.total - memory.reserved
-        except (nvml.NVMLError_FunctionNotFound, nvml.NVMLError_NotSupported):  # older driver
+        except nvml.NVMLError_GpuIsLost:
+            raise
+        except nvml.NVMLError:  # a driver before R510, or one that cannot answer version 2
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             usable = memory.total
         return int(usable // MIB), int(max(0, usable - memory.free) // MIB)
