@@ -160,7 +160,8 @@ class NvmlBackend:
         the driver and firmware reserve (drivers from R510 on): no process can allocate it,
         yet version 1 counts it used ("Sum of Reserved and Allocated", NVML's
         nvmlMemory_t), so an idle GPU would show hundreds of MiB in use that no job can
-        ever get (nvml-wrapper issue 57: 912 MB on idle A100s). Allocated is usable less
+        ever get (scitix/sichek PR 113, checked on H20, B200 and B300: a few hundred MB
+        to ~1 GB used on an idle GPU). Allocated is usable less
         free, which holds whether a driver's v2 `used` counts the reserved memory or not
         (NVML's reference has said both)."""
         nvml = self._nvml

@@ -140,9 +140,7 @@ class ScarceModel:
         one_model: set[int] = set()
         for job in snapshot.pending:
             shape = job.shape
-            fits = fits_by_shape.get(shape)
-            if fits is None:
-                fits = known.get(shape)
+            fits = fits_by_shape.get(shape, known.get(shape))
             if fits is None:
                 fits = tuple(
                     itertools.islice(
