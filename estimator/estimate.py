@@ -6,18 +6,19 @@ bare CUDA context the agent measured) plus the environment's learned offset
 (`offsets.py`); the model-dependent terms come from the analytical model, corrected
 by the learned calibration where the spec lies in its domain.
 
-Four ways to an estimate, most trusted first: the exact history of the same spec on
+Five ways to an estimate, most trusted first: the exact history of the same spec on
 the same GPU model; its history on other GPU models, with their fixed cost swapped
 for this one's (the tensors a run allocates do not depend on the GPU; the fixed cost
-does); the model-dependent terms corrected by the learned calibration, where the spec
-lies in the calibration's domain (its kind, precision and layout, and every sized
-feature within a factor DOMAIN_FACTOR of what it was trained on); the analytical
-model alone elsewhere, with the margin it needed on the measured runs of that kind.
-The bound of the last two is widened for an architecture whose observed runs went
-further above their estimates than it allows, and by the fixed cost's uncertainty: a
-learned offset's own spread (`FixedCostOffsets.margin_mib`), or, in an environment
-whose offset is not learned yet, how far measured stacks' fixed costs lay above the
-defaults (the largest training environment's offset).
+does); the line through its configuration's runs at other batch sizes (`history.
+batch_line`), moved likewise; the model-dependent terms corrected by the learned
+calibration, where the spec lies in the calibration's domain (its kind, precision and
+layout, and every sized feature within a factor DOMAIN_FACTOR of what it was trained
+on); the analytical model alone elsewhere, with the margin it needed on the measured
+runs of that kind. The bound of the last two is widened for an architecture whose
+observed runs went further above their estimates than it allows, and by the fixed
+cost's uncertainty: a learned offset's own spread (`FixedCostOffsets.margin_mib`), or,
+in an environment whose offset is not learned yet, how far measured stacks' fixed
+costs lay above the defaults (the largest training environment's offset).
 
 Any GPU can be named: a catalogued one adds its figures, a GPU the cluster reported
 is described as reported (`register_gpus`), any other takes generic defaults and the
@@ -39,7 +40,7 @@ from pydantic import BaseModel, Field
 from estimator.analytical.context import fixed_cost
 from estimator.analytical.model import Breakdown, breakdown, communicates, resolve
 from estimator.gpus import GpuDescription, canonical_gpu_name, describe
-from estimator.history import HISTORY_MARGIN, ObservationHistory, fingerprint
+from estimator.history import HISTORY_MARGIN, ObservationHistory, batch_line, fingerprint
 from estimator.learned.artifact import Artifact, load
 from estimator.learned.features import NAMES, RANGED, features, model_kind
 from estimator.learned.measurements import Measurement, observation
@@ -50,6 +51,8 @@ ANALYTICAL_VERSION = "analytical"
 # methods whose peak is one the spec really reached (on this GPU model, or another)
 HISTORY, HISTORY_OTHER_GPU = "history", "history-other-gpu"
 HISTORY_METHODS = frozenset({HISTORY, HISTORY_OTHER_GPU})
+# the peak on the line through the configuration's runs at other batch sizes
+HISTORY_BATCH = "history-batch"
 # appended to a method whose bound was raised to what other runs of the architecture
 # reached over their estimates
 MODEL_HISTORY = "+model-history"
@@ -248,10 +251,13 @@ class Estimator:
         peaks = self.history.peaks_by_gpu(spec)
         observed = peaks.get(name)
         moved = None if observed is not None else self._moved_history(spec, peaks, modelled)
+        line = None if peaks else batch_line(self._batch_peaks(spec, modelled), spec.batch_size)
         if observed is not None:
             peak, upper, method = float(observed), observed * (1 + HISTORY_MARGIN), HISTORY
         elif moved is not None:
             peak, upper, method = moved, moved * (1 + HISTORY_MARGIN), HISTORY_OTHER_GPU
+        elif line is not None:
+            peak, upper, method = line, line * (1 + HISTORY_MARGIN), HISTORY_BATCH
         else:
             peak, upper, method = modelled.peak_mib, modelled.upper_mib, modelled.method
             above = self.history.model_ratio(spec)
@@ -351,11 +357,19 @@ class Estimator:
             models.method,
         )
 
+    def _batch_peaks(self, spec: TrainingSpec, modelled: _Modelled) -> dict[int, float]:
+        """The peaks of `spec`'s configuration at other batch sizes, each the largest
+        on any GPU model moved to this one's fixed cost, by batch size."""
+        by_batch = self.history.peaks_by_batch(spec)
+        moved = {batch: self._moved_history(spec, p, modelled) for batch, p in by_batch.items()}
+        return {batch: mib for batch, mib in moved.items() if mib is not None}
+
     def _moved_history(
         self, spec: TrainingSpec, peaks: dict[str, int], modelled: _Modelled
     ) -> float | None:
-        """The largest of `spec`'s `peaks` on other GPU models, with that model's fixed
-        cost (default and offset) replaced by this one's, or None if it never ran."""
+        """The largest of `peaks` (a run of `spec`, or of its configuration, on GPU
+        models, maybe this one) with that model's fixed cost (default and offset)
+        replaced by this one's, or None if it never ran."""
         here = modelled.fixed_mib + modelled.offset_mib
         moved = []
         for gpu, peak in peaks.items():

@@ -1,8 +1,12 @@
-"""Exact history: what a job with the same spec really used, by GPU model.
+"""History: what jobs of the same spec, or of its configuration at other batch sizes,
+really used, by GPU model.
 
 A spec's fingerprint is the hash of its canonical JSON, so resubmitting the same
 training configuration finds the peaks observed before and needs no guessing: on the
 same GPU model as they are, on another with the CUDA context swapped (`estimate.py`).
+Runs of one configuration at other batch sizes place it on a line (`batch_line`): what
+a training step holds is a fixed part (context, weights, gradients, optimizer state)
+plus activations proportional to the batch.
 
 History is only as good as the runs it learns from, and on a shared cluster a user
 chooses what their job really does. So a peak is learned from only when it is credible
@@ -18,6 +22,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from estimator.analytical.model import breakdown
@@ -34,11 +39,50 @@ HISTORY_MARGIN = 0.10
 # PyTorch jobs on the GPUs Colloc runs on. A run that ended within a minute most likely
 # never reached its training loop (a `sleep`, a crash at import): its peak says nothing.
 MIN_CREDIBLE_RUN_S = 60.0
+# How far apart (a factor) the two batch sizes around a spec's may be for the line
+# between them to estimate it: the doublings runs are usually measured at (8, 16, 32,
+# ...) put the nearest two at most 4x apart.
+BRACKET_SPAN = 4
 
 
 def fingerprint(spec: TrainingSpec) -> str:
     canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def configuration(spec: TrainingSpec) -> str:
+    """The hash of the spec but for its batch size (per GPU, the micro-batch)."""
+    fields = spec.model_dump(mode="json")
+    del fields["batch_size"]
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def batch_line(peaks: Mapping[int, float], batch: int) -> float | None:
+    """The peak at `batch` on the line through a configuration's `peaks` at other batch
+    sizes (batch -> peak, on one GPU), or None where they place none.
+
+    Only inside a bracket: the nearest batch on either side, at most BRACKET_SPAN
+    apart, whose peaks do not fall as the batch grows (else a reading is wrong). Where
+    two batches below place a line too, the higher of the two (a run measured near its
+    GPU's capacity bends the chord down). Beyond the batches seen a line is not
+    followed: on the measured timm runs a peak extrapolated from the two nearest
+    batches, or from batches 4x away, missed by more than HISTORY_MARGIN far more
+    often (bench/RESULTS.md)."""
+    below = sorted(b for b in peaks if b < batch)
+    above = sorted(b for b in peaks if b > batch)
+    if not (below and above) or above[0] > BRACKET_SPAN * below[-1]:
+        return None
+
+    def through(b1: int, b2: int) -> float | None:
+        y1, y2 = peaks[b1], peaks[b2]
+        return None if y2 < y1 else y1 + (y2 - y1) * (batch - b1) / (b2 - b1)
+
+    chord = through(below[-1], above[0])
+    if chord is None:
+        return None
+    lower = through(below[-2], below[-1]) if len(below) >= 2 else None
+    return max(chord, lower or 0.0)
 
 
 def _gpu_key(gpu_model: str) -> str:
@@ -78,8 +122,9 @@ class _Peak:
 
 
 class ObservationHistory:
-    """Observed peaks by spec fingerprint, then GPU model; and, by architecture, the
-    largest ratio of an observed peak to the estimate the models made of it.
+    """Observed peaks by spec fingerprint, then GPU model (and the same peaks by
+    configuration and batch size); and, by architecture, the largest ratio of an
+    observed peak to the estimate the models made of it.
 
     `seen_by(owner)` is the history as that owner's jobs see it: released peaks plus the
     owner's own. The history itself (no viewer) shows released peaks only."""
@@ -87,6 +132,8 @@ class ObservationHistory:
     def __init__(self) -> None:
         self._peaks: dict[str, dict[str, list[_Peak]]] = {}
         self._owners: dict[str, set[str | None]] = {}  # who ran each fingerprint
+        # the same peaks by configuration, then batch size, then GPU model
+        self._batches: dict[str, dict[int, dict[str, list[_Peak]]]] = {}
         self._ratios: dict[str, float] = {}
         self._viewer: str | None = None
 
@@ -107,6 +154,8 @@ class ObservationHistory:
         owners.add(owner)
         peak = _Peak(peak_mib, owner, trusted or owner is None)
         by_gpu.setdefault(_gpu_key(gpu_model), []).append(peak)
+        batches = self._batches.setdefault(configuration(spec), {})
+        batches.setdefault(spec.batch_size, {}).setdefault(_gpu_key(gpu_model), []).append(peak)
         self.widen(spec, ratio)
         corroborated = len(owners) > 1
         released = []
@@ -136,8 +185,22 @@ class ObservationHistory:
     def peaks_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
         """The largest visible peak of `spec` on each GPU model it ran on, by NVML name
         (or the name it was observed under, for a model the catalog does not know)."""
+        return self._visible(self._peaks.get(fingerprint(spec), {}))
+
+    def peaks_by_batch(self, spec: TrainingSpec) -> dict[int, dict[str, int]]:
+        """`peaks_by_gpu` of the spec's configuration at each other batch size it ran
+        at, by batch size."""
+        batches = self._batches.get(configuration(spec), {})
+        visible = {
+            batch: self._visible(by_gpu)
+            for batch, by_gpu in batches.items()
+            if batch != spec.batch_size
+        }
+        return {batch: peaks for batch, peaks in visible.items() if peaks}
+
+    def _visible(self, by_gpu: dict[str, list[_Peak]]) -> dict[str, int]:
         visible = {
             gpu: [p.peak_mib for p in peaks if p.released or p.owner == self._viewer]
-            for gpu, peaks in self._peaks.get(fingerprint(spec), {}).items()
+            for gpu, peaks in by_gpu.items()
         }
         return {gpu: max(peaks) for gpu, peaks in visible.items() if peaks}

@@ -9,7 +9,7 @@ import pytest
 
 from estimator import estimate
 from estimator.estimate import FIXED_TERMS, Estimator, default_estimator
-from estimator.history import HISTORY_MARGIN, ObservationHistory, fingerprint
+from estimator.history import HISTORY_MARGIN, ObservationHistory, batch_line, fingerprint
 from estimator.learned import measurements
 from estimator.learned.train import refit
 from estimator.spec import TrainingSpec
@@ -130,6 +130,48 @@ def test_history_on_another_gpu_model_moves_with_the_fixed_cost() -> None:
     assert not estimator.estimate(gang, "H100").method.startswith("history")  # another spec
 
 
+def test_a_batch_between_two_observed_ones_lies_on_their_line() -> None:
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    at = {batch: RESNET.model_copy(update={"batch_size": batch}) for batch in (16, 32, 64, 256)}
+    estimator.observe(at[16], "A100-40GB", 4000)
+    estimator.observe(at[64], "A100-40GB", 10000)
+    between = estimator.estimate(at[32], "A100-40GB")
+    assert between.method == "history-batch"
+    assert between.peak_mib == 6000  # a third of the way from 16 to 64
+    assert between.upper_mib == pytest.approx(6000 * (1 + HISTORY_MARGIN), abs=1)
+    # on another GPU model, the line of the runs moved to its fixed cost
+    h100 = estimator.estimate(at[32], "H100")
+    a100_fixed = estimator.estimate(RESNET, "A100-40GB").fixed_mib
+    assert h100.method == "history-batch"
+    assert h100.peak_mib == pytest.approx(6000 - a100_fixed + h100.fixed_mib, abs=1)
+    # beyond the batches seen the models answer; a precision never run has no line
+    assert not estimator.estimate(at[256], "A100-40GB").method.startswith("history")
+    bf16 = at[32].model_copy(update={"precision": "bf16"})
+    assert not estimator.estimate(bf16, "A100-40GB").method.startswith("history")
+
+
+def test_no_line_through_batches_far_apart_or_a_falling_pair() -> None:
+    assert batch_line({16: 4000.0, 64: 10000.0}, 32) == 6000.0
+    assert batch_line({8: 4000.0, 64: 10000.0}, 32) is None  # 8x apart
+    assert batch_line({16: 10000.0, 64: 4000.0}, 32) is None  # falls as the batch grows
+    assert batch_line({16: 4000.0, 32: 6000.0}, 64) is None  # no extrapolation
+    # two batches below place a line too: the higher of the two answers
+    assert batch_line({8: 1000.0, 16: 5000.0, 64: 8000.0}, 32) == 13000.0
+
+
+def test_only_peaks_visible_to_the_owner_place_a_line() -> None:
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    at = {batch: RESNET.model_copy(update={"batch_size": batch}) for batch in (16, 32, 64)}
+    estimator.observe(at[16], "A100-40GB", 4000, owner="alice")
+    estimator.observe(at[64], "A100-40GB", 10000, owner="alice")
+    seen_by = {
+        owner: Estimator(estimator.artifact, estimator.history.seen_by(owner))
+        for owner in ("alice", "bob")
+    }
+    assert seen_by["alice"].estimate(at[32], "A100-40GB").method == "history-batch"
+    assert not seen_by["bob"].estimate(at[32], "A100-40GB").method.startswith("history")
+
+
 def test_a_bigger_gpu_context_does_not_change_the_job() -> None:
     t4 = default_estimator().estimate(RESNET, "T4")
     a100 = default_estimator().estimate(RESNET, "A100-40GB")
@@ -147,7 +189,7 @@ def test_refit_learns_from_observed_peaks_and_keeps_the_old_estimator() -> None:
     new = refit(old, base)
     assert new.version != old.version
     assert "bf16" in new.artifact.manifest["domain"]["precisions"]  # type: ignore[union-attr]
-    unseen = bf16.model_copy(update={"batch_size": 48})
+    unseen = bf16.model_copy(update={"batch_size": 8})  # below every batch observed
     # in the refitted calibration's domain now (its bound may still be widened by the
     # architecture's observed runs: model-history)
     assert new.estimate(unseen, "A100-40GB").method.startswith("analytical+learned")
