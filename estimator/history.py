@@ -11,7 +11,8 @@ plus activations proportional to the batch.
 History is only as good as the runs it learns from, and on a shared cluster a user
 chooses what their job really does. So a peak is learned from only when it is credible
 (`credibility_problem`), and one owner's peaks answer only for that owner's jobs until
-they are corroborated: the spec also ran for another owner, or an admin trusts them.
+they are corroborated: the spec also ran for another owner on the same GPU model (a run
+on one model checks nothing of a peak claimed on another), or an admin trusts them.
 Until then other owners' jobs get the models' estimate, as if the spec never ran; a
 user cannot talk another's reservation down (the bound an architecture's runs widen
 only ever rises, so it stays shared).
@@ -131,7 +132,7 @@ class ObservationHistory:
 
     def __init__(self) -> None:
         self._peaks: dict[str, dict[str, list[_Peak]]] = {}
-        self._owners: dict[str, set[str | None]] = {}  # who ran each fingerprint
+        self._owners: dict[tuple[str, str], set[str | None]] = {}  # who ran it where
         # the same peaks by configuration, then batch size, then GPU model
         self._batches: dict[str, dict[int, dict[str, list[_Peak]]]] = {}
         self._ratios: dict[str, float] = {}
@@ -147,24 +148,24 @@ class ObservationHistory:
         trusted: bool = False,
     ) -> list[tuple[str, int]]:
         """Keep a credible peak; returns the (GPU model, peak) pairs it released for
-        every owner (itself, and earlier ones of the spec when it corroborates them)."""
-        key = fingerprint(spec)
-        by_gpu = self._peaks.setdefault(key, {})
-        owners = self._owners.setdefault(key, set())
+        every owner (itself, and earlier ones of the spec on its GPU model when it
+        corroborates them)."""
+        key, gpu = fingerprint(spec), _gpu_key(gpu_model)
+        owners = self._owners.setdefault((key, gpu), set())
         owners.add(owner)
         peak = _Peak(peak_mib, owner, trusted or owner is None)
-        by_gpu.setdefault(_gpu_key(gpu_model), []).append(peak)
+        peaks = self._peaks.setdefault(key, {}).setdefault(gpu, [])
+        peaks.append(peak)
         batches = self._batches.setdefault(configuration(spec), {})
-        batches.setdefault(spec.batch_size, {}).setdefault(_gpu_key(gpu_model), []).append(peak)
+        batches.setdefault(spec.batch_size, {}).setdefault(gpu, []).append(peak)
         self.widen(spec, ratio)
         corroborated = len(owners) > 1
         released = []
-        for gpu, peaks in by_gpu.items():
-            for held in peaks:
-                if held is peak or (corroborated and not held.released):
-                    held.released = held.released or corroborated
-                    if held.released:
-                        released.append((gpu, held.peak_mib))
+        for held in peaks:
+            if held is peak or (corroborated and not held.released):
+                held.released = held.released or corroborated
+                if held.released:
+                    released.append((gpu, held.peak_mib))
         return released
 
     def widen(self, spec: TrainingSpec, ratio: float) -> None:

@@ -3,8 +3,6 @@ peaks to the line, what one owner cannot do to another's line, and what it is no
 
 from __future__ import annotations
 
-import pytest
-
 from estimator.estimate import Estimator, default_estimator, proven_peaks
 from estimator.history import ObservationHistory
 from estimator.spec import TrainingSpec
@@ -45,9 +43,9 @@ def test_one_owner_cannot_lower_another_owners_line() -> None:
     estimator.observe(AT[24], A100, 500, owner="mallory")
     assert _seen_by(estimator, "carol").estimate(AT[32], A100).peak_mib == 6000
     assert _seen_by(estimator, "mallory").estimate(AT[32], A100).peak_mib < 6000
-    # corroborated by an honest run of batch 24 on another GPU model: the line takes the
-    # largest peak at each batch, moved to this GPU, never the fake one
-    estimator.observe(AT[24], "H100", 5500, owner="dave")
+    # corroborated by an honest run of batch 24: the line takes the largest peak at each
+    # batch, never the fake one
+    estimator.observe(AT[24], A100, 5500, owner="dave")
     carol = _seen_by(estimator, "carol").estimate(AT[32], A100)
     assert carol.method == "history-batch"
     assert carol.peak_mib > 6000
@@ -64,12 +62,6 @@ def test_a_line_is_not_a_peak_the_spec_reached() -> None:
     assert proven_peaks({A100: line}) == {}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="pre-existing (not history-batch): corroboration is per spec, not per GPU "
-    "model, so another owner's honest run on one GPU model releases a fake low peak on "
-    "another, which then answers exact history there",
-)
 def test_a_run_on_one_gpu_model_does_not_release_a_fake_peak_on_another() -> None:
     estimator = _estimator()
     estimator.observe(AT[24], "H100", 500, owner="mallory")  # credible: above the weights
