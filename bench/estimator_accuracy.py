@@ -20,7 +20,12 @@
 3. LLM pre-training at scale: torchtitan's published Llama 3.1 runs (`bench/data`)
    against the model-dependent part of the estimate (torchtitan reports reserved
    memory, which leaves out the CUDA context).
-4. The in-process time of one estimate, beside the analytical model's in the same run.
+4. History at other batch sizes: each measured run whose configuration (the spec but
+   for its batch, on one GPU model, in one campaign) also ran at other batch sizes is
+   estimated from those runs alone by `estimator.history.batch_line` (method
+   `history-batch`, bound: the line plus `HISTORY_MARGIN`), beside lines the estimator
+   does not follow: the chord alone, and lines extrapolated beyond the batches seen.
+5. The in-process time of one estimate, beside the analytical model's in the same run.
 
 Implausible rows (`measurements.py`) are counted and left out of every truth.
 """
@@ -41,6 +46,7 @@ from numpy.typing import NDArray
 
 from estimator.analytical.model import breakdown
 from estimator.estimate import Estimate, Estimator, default_estimator
+from estimator.history import BRACKET_SPAN, HISTORY_MARGIN, batch_line, configuration
 from estimator.learned import measurements
 from estimator.learned.artifact import Artifact
 from estimator.learned.calibration import coverage_by_group
@@ -314,6 +320,78 @@ def implausible_counts(table: list[Measurement]) -> None:
         print(f"| {source} | {rule} | {n} |")
 
 
+Line = Callable[[dict[int, float], int], float | None]
+
+
+def _through(peaks: dict[int, float], b1: int, b2: int, batch: int) -> float:
+    return peaks[b1] + (peaks[b2] - peaks[b1]) * (batch - b1) / (b2 - b1)
+
+
+def chord_only(peaks: dict[int, float], batch: int) -> float | None:
+    """The line between the nearest batches on either side alone (BRACKET_SPAN apart)."""
+    below = [b for b in peaks if b < batch]
+    above = [b for b in peaks if b > batch]
+    if not (below and above) or min(above) > BRACKET_SPAN * max(below):
+        return None
+    b1, b2 = max(below), min(above)
+    return None if peaks[b2] < peaks[b1] else _through(peaks, b1, b2, batch)
+
+
+def extrapolated_up(peaks: dict[int, float], batch: int) -> float | None:
+    """The line through the two nearest batches below, followed beyond the largest."""
+    below = sorted(b for b in peaks if b < batch)
+    if len(below) < 2 or any(b > batch for b in peaks):
+        return None
+    return _through(peaks, below[-2], below[-1], batch)
+
+
+def extrapolated_down(peaks: dict[int, float], batch: int) -> float | None:
+    """The line through the two nearest batches above, followed below the smallest."""
+    above = sorted(b for b in peaks if b > batch)
+    if len(above) < 2 or any(b < batch for b in peaks):
+        return None
+    return _through(peaks, above[0], above[1], batch)
+
+
+def batch_lines(table: list[Measurement]) -> None:
+    runs = usable(table)
+    groups: dict[tuple[str, str, str], list[Measurement]] = {}
+    for r in runs:
+        groups.setdefault((r.source, configuration(r.spec()), r.gpu_model), []).append(r)
+    rules: list[tuple[str, Line]] = [
+        ("history-batch (shipped)", batch_line),
+        ("chord alone", chord_only),
+        ("extrapolated up (not followed)", extrapolated_up),
+        ("extrapolated down (not followed)", extrapolated_down),
+    ]
+    print(
+        "\n### History at other batch sizes: runs estimated from their configuration's "
+        f"other runs (bound: line + {HISTORY_MARGIN:.0%})\n"
+    )
+    print("| source / line " + HEADER)
+    print("|---|---|---|---|---|---|")
+    for source in sorted({r.source for r in runs}):
+        for name, line in rules:
+            found: list[tuple[float, float]] = []  # (line, measured)
+            for (group_source, _, _), members in groups.items():
+                if group_source != source:
+                    continue
+                for held in members:
+                    peaks: dict[int, float] = {}
+                    for other in members:
+                        if other.batch_size != held.batch_size:
+                            size = other.batch_size
+                            peaks[size] = max(peaks.get(size, 0.0), other.measured_mib)
+                    value = line(peaks, held.batch_size)
+                    if value is not None:
+                        found.append((value, held.measured_mib))
+            if not found:
+                continue
+            peak = np.array([f[0] for f in found])
+            measured = np.array([f[1] for f in found], dtype=np.float64)
+            print(row(f"{source} / {name}", scores(peak, peak * (1 + HISTORY_MARGIN), measured)))
+
+
 def timing() -> None:
     estimator = default_estimator()
     spec = TrainingSpec.model_validate({"model": {"catalog": "timm:resnet50"}, "batch_size": 64})
@@ -345,6 +423,7 @@ def main() -> None:
         held_out_architectures(table)
     held_out_environments(table, measurements.lucid_rows(args.shared), args.first_runs)
     llm_pretraining()
+    batch_lines(table)
     timing()
 
 

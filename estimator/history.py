@@ -67,9 +67,9 @@ def batch_line(peaks: Mapping[int, float], batch: int) -> float | None:
     apart, whose peaks do not fall as the batch grows (else a reading is wrong). Where
     two batches below place a line too, the higher of the two (a run measured near its
     GPU's capacity bends the chord down). Beyond the batches seen a line is not
-    followed: on the measured timm runs a peak extrapolated from the two nearest
-    batches, or from batches 4x away, missed by more than HISTORY_MARGIN far more
-    often (bench/RESULTS.md)."""
+    followed. On the measured timm runs, more peaks lie above the line plus
+    HISTORY_MARGIN for the chord alone, and more still for a line extrapolated beyond
+    the batches seen, than for this rule (bench/estimator_accuracy.py, section 4)."""
     below = sorted(b for b in peaks if b < batch)
     above = sorted(b for b in peaks if b > batch)
     if not (below and above) or above[0] > BRACKET_SPAN * below[-1]:
