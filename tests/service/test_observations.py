@@ -129,10 +129,15 @@ def test_another_owners_run_corroborates_a_spec() -> None:
     assert history.add(spec, T4, 500, 1.0, owner="alice") == []  # alice's alone
     assert history.seen_by("alice").peaks_by_gpu(spec) == {T4: 500}
     assert history.seen_by("bob").peaks_by_gpu(spec) == {}
+    # bob's run on another GPU model checks nothing of alice's T4 peak
+    assert history.add(spec, "A100-40GB", 900, 1.0, owner="bob") == []
+    assert history.seen_by("carol").peaks_by_gpu(spec) == {}
     assert history.add(spec, T4, 700, 1.0, owner="bob") == [(T4, 500), (T4, 700)]
     assert history.seen_by("carol").peaks_by_gpu(spec) == {T4: 700}
-    assert history.add(spec, "A100-40GB", 900, 1.0, owner="dave", trusted=True) == [
-        ("NVIDIA A100-SXM4-40GB", 900)
+    # dave's trusted run on the A100 releases itself and corroborates bob's there
+    assert history.add(spec, "A100-40GB", 950, 1.0, owner="dave", trusted=True) == [
+        ("NVIDIA A100-SXM4-40GB", 900),
+        ("NVIDIA A100-SXM4-40GB", 950),
     ]
 
 
