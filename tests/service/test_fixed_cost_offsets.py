@@ -39,7 +39,9 @@ def register(client: TestClient) -> int:
 
 
 def estimate_now(client: TestClient) -> dict[str, Any]:
-    response = client.post("/v1/estimate", json={"training": cifar(100)})
+    """The models' estimate of a configuration no job ran (no history answers it)."""
+    unseen = {"model": {"catalog": "resnet34"}, "batch_size": 100, "image_size": 32}
+    response = client.post("/v1/estimate", json={"training": unseen})
     assert response.status_code == 200, response.text
     (answer,) = response.json()["estimates"]
     result: dict[str, Any] = answer
