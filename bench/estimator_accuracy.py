@@ -46,7 +46,13 @@ from numpy.typing import NDArray
 
 from estimator.analytical.model import breakdown
 from estimator.estimate import Estimate, Estimator, default_estimator
-from estimator.history import BRACKET_SPAN, HISTORY_MARGIN, batch_line, configuration
+from estimator.history import (
+    BRACKET_SPAN,
+    HISTORY_MARGIN,
+    batch_line,
+    configuration,
+    line_through,
+)
 from estimator.learned import measurements
 from estimator.learned.artifact import Artifact
 from estimator.learned.calibration import coverage_by_group
@@ -323,18 +329,13 @@ def implausible_counts(table: list[Measurement]) -> None:
 Line = Callable[[dict[int, float], int], float | None]
 
 
-def _through(peaks: dict[int, float], b1: int, b2: int, batch: int) -> float:
-    return peaks[b1] + (peaks[b2] - peaks[b1]) * (batch - b1) / (b2 - b1)
-
-
 def chord_only(peaks: dict[int, float], batch: int) -> float | None:
     """The line between the nearest batches on either side alone (BRACKET_SPAN apart)."""
     below = [b for b in peaks if b < batch]
     above = [b for b in peaks if b > batch]
     if not (below and above) or min(above) > BRACKET_SPAN * max(below):
         return None
-    b1, b2 = max(below), min(above)
-    return None if peaks[b2] < peaks[b1] else _through(peaks, b1, b2, batch)
+    return line_through(peaks, max(below), min(above), batch)
 
 
 def extrapolated_up(peaks: dict[int, float], batch: int) -> float | None:
@@ -342,7 +343,7 @@ def extrapolated_up(peaks: dict[int, float], batch: int) -> float | None:
     below = sorted(b for b in peaks if b < batch)
     if len(below) < 2 or any(b > batch for b in peaks):
         return None
-    return _through(peaks, below[-2], below[-1], batch)
+    return line_through(peaks, below[-2], below[-1], batch)
 
 
 def extrapolated_down(peaks: dict[int, float], batch: int) -> float | None:
@@ -350,7 +351,7 @@ def extrapolated_down(peaks: dict[int, float], batch: int) -> float | None:
     above = sorted(b for b in peaks if b > batch)
     if len(above) < 2 or any(b < batch for b in peaks):
         return None
-    return _through(peaks, above[0], above[1], batch)
+    return line_through(peaks, above[0], above[1], batch)
 
 
 def batch_lines(table: list[Measurement]) -> None:

@@ -10,7 +10,8 @@ Five ways to an estimate, most trusted first: the exact history of the same spec
 the same GPU model; its history on other GPU models, with their fixed cost swapped
 for this one's (the tensors a run allocates do not depend on the GPU; the fixed cost
 does); the line through its configuration's runs at other batch sizes (`history.
-batch_line`), moved likewise; the model-dependent terms corrected by the learned
+batch_line`), moved likewise, its bound raised above what a run of the spec held
+when it died of an OOM; the model-dependent terms corrected by the learned
 calibration, where the spec lies in the calibration's domain (its kind, precision and
 layout, and every sized feature within a factor DOMAIN_FACTOR of what it was trained
 on); the analytical model alone elsewhere, with the margin it needed on the measured
@@ -258,6 +259,10 @@ class Estimator:
             peak, upper, method = moved, moved * (1 + HISTORY_MARGIN), HISTORY_OTHER_GPU
         elif line is not None:
             peak, upper, method = line, line * (1 + HISTORY_MARGIN), HISTORY_BATCH
+            # the spec itself died of an OOM holding more than the line: it needs more
+            held = self._moved_history(spec, self.history.ooms_by_gpu(spec), modelled)
+            if held is not None and held * (1 + HISTORY_MARGIN) > upper:
+                upper, method = held * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
         else:
             peak, upper, method = modelled.peak_mib, modelled.upper_mib, modelled.method
             above = self.history.model_ratio(spec)
@@ -422,9 +427,10 @@ class Estimator:
 
     def observe_oom(self, spec: TrainingSpec, gpu_model: str, held_mib: int) -> None:
         """Remember that a run died of an OOM holding `held_mib`: it needed more, so its
-        architecture lies at least that far above its estimates (not a peak: neither
-        history nor refits take it)."""
-        self.history.widen(spec, self._above_models(spec, gpu_model, held_mib)[1])
+        architecture lies at least that far above its estimates, and the spec needs more
+        than that on that GPU model (not a peak: neither history nor refits take it)."""
+        name, ratio = self._above_models(spec, gpu_model, held_mib)
+        self.history.add_oom(spec, name, held_mib, ratio)
 
     def _above_models(self, spec: TrainingSpec, gpu_model: str, mib: int) -> tuple[str, float]:
         """The GPU model's name, and `mib` over the models' peak estimate on it."""

@@ -13,9 +13,9 @@ chooses what their job really does. So a peak is learned from only when it is cr
 (`credibility_problem`), and one owner's peaks answer only for that owner's jobs until
 they are corroborated: the spec also ran for another owner on the same GPU model (a run
 on one model checks nothing of a peak claimed on another), or an admin trusts them.
-Until then other owners' jobs get the models' estimate, as if the spec never ran; a
-user cannot talk another's reservation down (the bound an architecture's runs widen
-only ever rises, so it stays shared).
+Until then other owners' jobs are estimated as if that owner's peaks were never
+observed; a user cannot talk another's reservation down (the bound an architecture's
+runs widen only ever rises, so it stays shared).
 """
 
 from __future__ import annotations
@@ -59,31 +59,38 @@ def configuration(spec: TrainingSpec) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def line_through(peaks: Mapping[int, float], b1: int, b2: int, batch: int) -> float | None:
+    """The peak at `batch` on the line through the peaks at batches `b1` < `b2`, or None
+    where the peak falls as the batch grows (then one of the two readings is wrong)."""
+    y1, y2 = peaks[b1], peaks[b2]
+    return None if y2 < y1 else y1 + (y2 - y1) * (batch - b1) / (b2 - b1)
+
+
 def batch_line(peaks: Mapping[int, float], batch: int) -> float | None:
     """The peak at `batch` on the line through a configuration's `peaks` at other batch
     sizes (batch -> peak, on one GPU), or None where they place none.
 
     Only inside a bracket: the nearest batch on either side, at most BRACKET_SPAN
-    apart, whose peaks do not fall as the batch grows (else a reading is wrong). Where
-    two batches below place a line too, the higher of the two (a run measured near its
-    GPU's capacity bends the chord down). Beyond the batches seen a line is not
-    followed. On the measured timm runs, more peaks lie above the line plus
-    HISTORY_MARGIN for the chord alone, and more still for a line extrapolated beyond
-    the batches seen, than for this rule (bench/estimator_accuracy.py, section 4)."""
+    apart. Where the two nearest batches below place a line too, the higher of the two
+    lines (a run measured near its GPU's capacity bends the chord down), but only as far
+    beyond them as twice their own gap, so that repeat runs' noise between two close
+    batches is not carried far. Peaks that fall as the batch grows, in either pair used,
+    place no line. Beyond the batches seen a line is not followed. On the measured timm
+    runs, more peaks lie above the line plus HISTORY_MARGIN for the chord alone, or for
+    a line extrapolated beyond the batches seen, than for this rule
+    (bench/estimator_accuracy.py, section 4)."""
     below = sorted(b for b in peaks if b < batch)
     above = sorted(b for b in peaks if b > batch)
     if not (below and above) or above[0] > BRACKET_SPAN * below[-1]:
         return None
-
-    def through(b1: int, b2: int) -> float | None:
-        y1, y2 = peaks[b1], peaks[b2]
-        return None if y2 < y1 else y1 + (y2 - y1) * (batch - b1) / (b2 - b1)
-
-    chord = through(below[-1], above[0])
-    if chord is None:
+    chord = line_through(peaks, below[-1], above[0], batch)
+    if chord is None or len(below) < 2:
+        return chord
+    b1, b2 = below[-2], below[-1]
+    lower = line_through(peaks, b1, b2, batch)
+    if lower is None:
         return None
-    lower = through(below[-2], below[-1]) if len(below) >= 2 else None
-    return max(chord, lower or 0.0)
+    return max(chord, lower) if batch - b2 <= 2 * (b2 - b1) else chord
 
 
 def _gpu_key(gpu_model: str) -> str:
@@ -136,6 +143,8 @@ class ObservationHistory:
         # the same peaks by configuration, then batch size, then GPU model
         self._batches: dict[str, dict[int, dict[str, list[_Peak]]]] = {}
         self._ratios: dict[str, float] = {}
+        # the most a run of each fingerprint held when it died of an OOM, by GPU model
+        self._ooms: dict[str, dict[str, int]] = {}
         self._viewer: str | None = None
 
     def add(
@@ -158,7 +167,7 @@ class ObservationHistory:
         peaks.append(peak)
         batches = self._batches.setdefault(configuration(spec), {})
         batches.setdefault(spec.batch_size, {}).setdefault(gpu, []).append(peak)
-        self.widen(spec, ratio)
+        self._widen(spec, ratio)
         corroborated = len(owners) > 1
         released = []
         for held in peaks:
@@ -168,7 +177,20 @@ class ObservationHistory:
                     released.append((gpu, held.peak_mib))
         return released
 
-    def widen(self, spec: TrainingSpec, ratio: float) -> None:
+    def add_oom(self, spec: TrainingSpec, gpu_model: str, held_mib: int, ratio: float) -> None:
+        """Note that a run of `spec` died of an OOM holding `held_mib` on `gpu_model`,
+        `ratio` times the models' estimate: it needed more. Only ever raises what it
+        implies, so any owner's OOMs count for every owner."""
+        by_gpu = self._ooms.setdefault(fingerprint(spec), {})
+        gpu = _gpu_key(gpu_model)
+        by_gpu[gpu] = max(held_mib, by_gpu.get(gpu, 0))
+        self._widen(spec, ratio)
+
+    def ooms_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
+        """The most a run of `spec` held when it died of an OOM, by GPU model."""
+        return self._ooms.get(fingerprint(spec), {})
+
+    def _widen(self, spec: TrainingSpec, ratio: float) -> None:
         """Note that a run of the spec's architecture went `ratio` times its estimate."""
         key = architecture(spec)
         self._ratios[key] = max(ratio, self._ratios.get(key, ratio))

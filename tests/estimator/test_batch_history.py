@@ -51,6 +51,18 @@ def test_one_owner_cannot_lower_another_owners_line() -> None:
     assert carol.peak_mib > 6000
 
 
+def test_an_oom_of_the_spec_itself_raises_its_line() -> None:
+    # a line is only as good as the batches it passes through: a run of the spec that
+    # died of an OOM holding more raises its architecture's ratio, and the bound with it
+    estimator = _estimator()
+    estimator.observe(AT[16], A100, 4000)
+    estimator.observe(AT[64], A100, 10000)
+    estimator.observe_oom(AT[32], A100, 20000)
+    widened = estimator.estimate(AT[32], A100)
+    assert widened.method == "history-batch+model-history"
+    assert widened.peak_mib == 6000 and widened.upper_mib > 20000
+
+
 def test_a_line_is_not_a_peak_the_spec_reached() -> None:
     # proven peaks let a job that fits its peak but not peak plus margin take a whole
     # GPU; a point on a line was never reached, so it proves nothing

@@ -157,6 +157,11 @@ def test_no_line_through_batches_far_apart_or_a_falling_pair() -> None:
     assert batch_line({16: 4000.0, 32: 6000.0}, 64) is None  # no extrapolation
     # two batches below place a line too: the higher of the two answers
     assert batch_line({8: 1000.0, 16: 5000.0, 64: 8000.0}, 32) == 13000.0
+    # ...but not beyond twice their gap: repeat runs' 5% noise between batches 31 and 32
+    # would put batch 120 at 27 GB; the chord to 128 answers
+    assert batch_line({31: 5000.0, 32: 5250.0, 128: 12000.0}, 120) == 11437.5
+    # a falling pair below means a wrong reading: no line, not the chord through it
+    assert batch_line({16: 8000.0, 32: 2000.0, 64: 10000.0}, 48) is None
 
 
 def test_only_peaks_visible_to_the_owner_place_a_line() -> None:
