@@ -188,7 +188,7 @@ class ObservationHistory:
 
     def ooms_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
         """The most a run of `spec` held when it died of an OOM, by GPU model."""
-        return self._ooms.get(fingerprint(spec), {})
+        return dict(self._ooms.get(fingerprint(spec), {}))
 
     def _widen(self, spec: TrainingSpec, ratio: float) -> None:
         """Note that a run of the spec's architecture went `ratio` times its estimate."""
