@@ -46,13 +46,7 @@ from numpy.typing import NDArray
 
 from estimator.analytical.model import breakdown
 from estimator.estimate import Estimate, Estimator, default_estimator
-from estimator.history import (
-    BRACKET_SPAN,
-    HISTORY_MARGIN,
-    batch_line,
-    configuration,
-    line_through,
-)
+from estimator.history import HISTORY_MARGIN, batch_line, bracket, configuration, line_through
 from estimator.learned import measurements
 from estimator.learned.artifact import Artifact
 from estimator.learned.calibration import coverage_by_group
@@ -330,12 +324,9 @@ Line = Callable[[dict[int, float], int], float | None]
 
 
 def chord_only(peaks: dict[int, float], batch: int) -> float | None:
-    """The line between the nearest batches on either side alone (BRACKET_SPAN apart)."""
-    below = [b for b in peaks if b < batch]
-    above = [b for b in peaks if b > batch]
-    if not (below and above) or min(above) > BRACKET_SPAN * max(below):
-        return None
-    return line_through(peaks, max(below), min(above), batch)
+    """The line between the nearest batches on either side alone (`bracket`)."""
+    pair = bracket(peaks, batch)
+    return None if pair is None else line_through(peaks, *pair, batch)
 
 
 def extrapolated_up(peaks: dict[int, float], batch: int) -> float | None:

@@ -66,6 +66,16 @@ def line_through(peaks: Mapping[int, float], b1: int, b2: int, batch: int) -> fl
     return None if y2 < y1 else y1 + (y2 - y1) * (batch - b1) / (b2 - b1)
 
 
+def bracket(peaks: Mapping[int, float], batch: int) -> tuple[int, int] | None:
+    """The nearest batches of `peaks` below and above `batch`, or None where a side has
+    none or they lie more than BRACKET_SPAN apart."""
+    below = [b for b in peaks if b < batch]
+    above = [b for b in peaks if b > batch]
+    if not (below and above) or min(above) > BRACKET_SPAN * max(below):
+        return None
+    return max(below), min(above)
+
+
 def batch_line(peaks: Mapping[int, float], batch: int) -> float | None:
     """The peak at `batch` on the line through a configuration's `peaks` at other batch
     sizes (batch -> peak, on one GPU), or None where they place none.
@@ -79,11 +89,11 @@ def batch_line(peaks: Mapping[int, float], batch: int) -> float | None:
     runs, more peaks lie above the line plus HISTORY_MARGIN for the chord alone, or for
     a line extrapolated beyond the batches seen, than for this rule
     (bench/estimator_accuracy.py, section 4)."""
-    below = sorted(b for b in peaks if b < batch)
-    above = sorted(b for b in peaks if b > batch)
-    if not (below and above) or above[0] > BRACKET_SPAN * below[-1]:
+    pair = bracket(peaks, batch)
+    if pair is None:
         return None
-    chord = line_through(peaks, below[-1], above[0], batch)
+    chord = line_through(peaks, *pair, batch)
+    below = sorted(b for b in peaks if b < batch)
     if chord is None or len(below) < 2:
         return chord
     b1, b2 = below[-2], below[-1]

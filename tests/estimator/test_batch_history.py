@@ -52,8 +52,8 @@ def test_one_owner_cannot_lower_another_owners_line() -> None:
 
 
 def test_an_oom_of_the_spec_itself_raises_its_line() -> None:
-    # a line is only as good as the batches it passes through: a run of the spec that
-    # died of an OOM holding more raises its architecture's ratio, and the bound with it
+    # a line is only as good as the batches it passes through: a run of the spec itself
+    # that died of an OOM holding more keeps the bound above what it held
     estimator = _estimator()
     estimator.observe(AT[16], A100, 4000)
     estimator.observe(AT[64], A100, 10000)
