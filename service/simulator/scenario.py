@@ -11,8 +11,9 @@ the standard workload (issue 20), seeded by the workload's seed:
   so that a job can always succeed once its real peak is known.
 - `foreign-stack`: the cluster runs another software stack than the measurements:
   every true peak moves by a fixed cost per GPU model (`FOREIGN_FIXED_MB`; the other
-  models drawn between them) and its model-dependent part (the peak above the
-  estimator's default fixed cost) is scaled per model by up to `FOREIGN_MODEL_SCALE`.
+  models drawn between them) and its model-dependent part (the peak above the measured
+  stack's fixed cost: the estimator's default plus the offset the shipped calibration
+  learned for the run's campaign) is scaled per model by up to `FOREIGN_MODEL_SCALE`.
   The oracle knows it; Colloc learns it from finished jobs (`policies.Colloc`).
 """
 
@@ -25,12 +26,13 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 from estimator.analytical.context import fixed_cost
 from estimator.gpus import find_gpu_model
 from estimator.learned import measurements
+from estimator.learned.artifact import load
 from service.simulator import cluster, traces, workload
 from service.simulator.engine import SimResult, SimSettings, Simulation
 from service.simulator.policies import POLICIES, PolicyInputs
@@ -97,13 +99,27 @@ def foreign_fixed_mib(models: Sequence[str], seed: int) -> dict[str, int]:
     return shift
 
 
+@cache
+def measured_stack_mib() -> dict[str, float]:
+    """Each measurement campaign's fixed cost above the estimator's defaults, MiB, by
+    environment (`train.environment_of`): the offsets the shipped calibration learned
+    from the campaign's runs (0.0 where too few small runs decided one)."""
+    return dict(load().manifest["fixed_offsets_mib"])
+
+
 def foreign_stack(
     jobs: list[SimJob], room_mib: dict[str, int], seed: int
 ) -> tuple[list[SimJob], dict[str, Any]]:
-    """Every true peak moved by its GPU model's `foreign_fixed_mib`, its part above the
-    estimator's default fixed cost scaled by a factor per model drawn by `seed` within
-    `FOREIGN_MODEL_SCALE`; a peak never falls below that default fixed cost's half."""
+    """Every true peak moved by its GPU model's `foreign_fixed_mib`, its model-dependent
+    part scaled by a factor per model drawn by `seed` within `FOREIGN_MODEL_SCALE`; a
+    peak never falls below the estimator's default fixed cost's half.
+
+    The model-dependent part is what the run measured above its stack's fixed cost: the
+    default plus its campaign's offset (`measured_stack_mib`). A campaign of eager
+    module loading held ~1 GiB more per process than the defaults; that is fixed cost
+    of the measured stack, which the foreign stack replaces, not a model term to scale."""
     shift = foreign_fixed_mib(list(room_mib), seed)
+    stacks = measured_stack_mib()
     scales: dict[str, float] = {}
     changed = []
     for job in jobs:
@@ -112,9 +128,10 @@ def foreign_stack(
             scales[job.model] = 1 + draw.uniform(-FOREIGN_MODEL_SCALE, FOREIGN_MODEL_SCALE)
         peaks = {}
         for model, peak in job.true_peak_mib.items():
-            fixed = fixed_cost(find_gpu_model(model), communicates=job.gpus > 1).total
+            default = fixed_cost(find_gpu_model(model), communicates=job.gpus > 1).total
+            fixed = min(peak, default + stacks.get(job.environment, 0.0))
             moved = fixed + (peak - fixed) * scales[job.model] + shift[model]
-            peaks[model] = math.ceil(max(fixed / 2, moved))
+            peaks[model] = math.ceil(max(default / 2, moved))
         changed.append(replace(job, true_peak_mib=peaks, foreseen_peak_mib=peaks))
     return changed, {"foreign_fixed_mib": shift}
 

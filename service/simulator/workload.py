@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from estimator.analytical.context import fixed_cost
 from estimator.gpus import find_gpu_model
 from estimator.learned.measurements import A100, Measurement
+from estimator.learned.train import environment_of
 from estimator.spec import TrainingSpec
 from service.simulator.traces import TraceJob
 
@@ -48,6 +49,9 @@ class SimJob:
     foreseen_peak_mib: dict[str, int]
     claim_mib: int  # what the user would write as memory_mib
     sharing_class: int  # Lucid's class: how much it slows and is slowed by neighbours
+    # the measured run's campaign stack on its GPU (`train.environment_of`): the key of
+    # that stack's fixed cost above the estimator's defaults
+    environment: str = ""
 
 
 def true_peak_mib(row: Measurement, gpu_model: str, gpus: int, spike: float) -> int:
@@ -159,6 +163,7 @@ def build(
                 foreseen_peak_mib=peaks,
                 claim_mib=GIB * math.ceil(row.measured_mib * rng.choice(ratios) / GIB),
                 sharing_class=rng.choices(classes, [class_share[c] for c in classes])[0],
+                environment=environment_of(row),
             )
         )
     return jobs
