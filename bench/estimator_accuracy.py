@@ -25,7 +25,13 @@
    estimated from those runs alone by `estimator.history.batch_line` (method
    `history-batch`, bound: the line plus `HISTORY_MARGIN`), beside lines the estimator
    does not follow: the chord alone, and lines extrapolated beyond the batches seen.
-5. The in-process time of one estimate, beside the analytical model's in the same run.
+5. History of the architecture: five folds grouped by model; each held-out run is
+   estimated after its model's runs at the other batch sizes (same GPU model and
+   campaign) were observed, with the campaign's offset learned from the training runs.
+   Where the estimator bounds it by those runs' model terms over the analytical terms
+   (method `architecture-history`), the bound is compared with the calibration's alone
+   on the same runs.
+6. The in-process time of one estimate, beside the analytical model's in the same run.
 
 Implausible rows (`measurements.py`) are counted and left out of every truth.
 """
@@ -43,10 +49,18 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from sklearn.model_selection import GroupKFold
 
 from estimator.analytical.model import breakdown
-from estimator.estimate import Estimate, Estimator, default_estimator
-from estimator.history import HISTORY_MARGIN, batch_line, bracket, configuration, line_through
+from estimator.estimate import ARCHITECTURE_HISTORY, Estimate, Estimator, default_estimator
+from estimator.history import (
+    HISTORY_MARGIN,
+    ObservationHistory,
+    batch_line,
+    bracket,
+    configuration,
+    line_through,
+)
 from estimator.learned import measurements
 from estimator.learned.artifact import Artifact
 from estimator.learned.calibration import coverage_by_group
@@ -384,6 +398,58 @@ def batch_lines(table: list[Measurement]) -> None:
             print(row(f"{source} / {name}", scores(peak, peak * (1 + HISTORY_MARGIN), measured)))
 
 
+def architecture_history(table: list[Measurement]) -> None:
+    runs = usable(table)
+    found: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    folds = GroupKFold(n_splits=5).split(runs, groups=[r.model for r in runs])
+    for train_idx, test_idx in folds:
+        artifact = train([runs[i] for i in train_idx])
+        held: dict[tuple[str, str, str], list[Measurement]] = {}
+        for i in test_idx:
+            held.setdefault((runs[i].source, runs[i].model, runs[i].gpu_model), []).append(runs[i])
+        for source in sorted({source for source, _, _ in held}):
+            estimator = Estimator(artifact)  # the campaign's offset, from training runs
+            for i in train_idx:
+                if runs[i].source == source:
+                    r = runs[i]
+                    estimator.learn_fixed_cost(r.spec(), r.gpu_model, r.measured_mib)
+            for (group_source, _, _), members in held.items():
+                if group_source != source:
+                    continue
+                for h in members:
+                    estimator.history = ObservationHistory()
+                    calibrated = estimator.estimate(h.spec(), h.gpu_model)
+                    for other in members:
+                        if other.batch_size != h.batch_size:
+                            estimator.observe(other.spec(), other.gpu_model, other.measured_mib)
+                    estimate = estimator.estimate(h.spec(), h.gpu_model)
+                    if not estimate.method.startswith(ARCHITECTURE_HISTORY):
+                        continue
+                    # before: the calibration's bound, raised as far as the model's runs
+                    # went above its estimates (MODEL_HISTORY)
+                    above = estimator.history.model_ratio(h.spec()) or 0.0
+                    raised = calibrated.peak_mib * above * (1 + HISTORY_MARGIN)
+                    bounds = {
+                        "calibration, raised by the model's runs": max(
+                            calibrated.upper_mib, raised
+                        ),
+                        "architecture-history (shipped)": estimate.upper_mib,
+                    }
+                    for name, bound in bounds.items():
+                        found.setdefault((source, name), []).append(
+                            (estimate.peak_mib, bound, h.measured_mib)
+                        )
+    print(
+        "\n### History of the architecture: runs bounded by their model's other "
+        "configurations (held out by model)\n"
+    )
+    print("| source / bound " + HEADER)
+    print("|---|---|---|---|---|---|")
+    for (source, name), values in sorted(found.items()):
+        peak, upper, measured = np.array(values, dtype=np.float64).T
+        print(row(f"{source} / {name}", scores(peak, upper, measured)))
+
+
 def timing() -> None:
     estimator = default_estimator()
     spec = TrainingSpec.model_validate({"model": {"catalog": "timm:resnet50"}, "batch_size": 64})
@@ -416,6 +482,7 @@ def main() -> None:
     held_out_environments(table, measurements.lucid_rows(args.shared), args.first_runs)
     llm_pretraining()
     batch_lines(table)
+    architecture_history(table)
     timing()
 
 

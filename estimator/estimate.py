@@ -6,16 +6,19 @@ bare CUDA context the agent measured) plus the environment's learned offset
 (`offsets.py`); the model-dependent terms come from the analytical model, corrected
 by the learned calibration where the spec lies in its domain.
 
-Five ways to an estimate, most trusted first: the exact history of the same spec on
+Six ways to an estimate, most trusted first: the exact history of the same spec on
 the same GPU model; its history on other GPU models, with their fixed cost swapped
 for this one's (the tensors a run allocates do not depend on the GPU; the fixed cost
 does); the line through its configuration's runs at other batch sizes (`history.
 batch_line`), moved likewise, its bound raised above what a run of the spec held
-when it died of an OOM; the model-dependent terms corrected by the learned
+when it died of an OOM; once the fixed cost is learned, the bound its architecture's
+other configurations set (the largest ratio their model terms reached over the
+analytical terms, `history.terms_ratio`, applied to this spec's, plus the history
+margin) with the models' point; the model-dependent terms corrected by the learned
 calibration, where the spec lies in the calibration's domain (its kind, precision and
 layout, and every sized feature within a factor DOMAIN_FACTOR of what it was trained
 on); the analytical model alone elsewhere, with the margin it needed on the measured
-runs of that kind. The bound of the last two is widened for an architecture whose
+runs of that kind. The bound of the last three is widened for an architecture whose
 observed runs went further above their estimates than it allows, and by the fixed
 cost's uncertainty: a learned offset's own spread (`FixedCostOffsets.margin_mib`), or,
 in an environment whose offset is not learned yet, how far measured stacks' fixed
@@ -45,7 +48,7 @@ from estimator.history import HISTORY_MARGIN, ObservationHistory, batch_line, fi
 from estimator.learned.artifact import Artifact, load
 from estimator.learned.features import NAMES, RANGED, features, model_kind
 from estimator.learned.measurements import Measurement, observation
-from estimator.offsets import FixedCostOffsets, Residual, environment_key
+from estimator.offsets import DECIDING_MODEL_MIB, FixedCostOffsets, Residual, environment_key
 from estimator.spec import TrainingSpec
 
 ANALYTICAL_VERSION = "analytical"
@@ -57,6 +60,16 @@ HISTORY_BATCH = "history-batch"
 # appended to a method whose bound was raised to what other runs of the architecture
 # reached over their estimates
 MODEL_HISTORY = "+model-history"
+# the model terms bounded by how far its architecture's other configurations went above
+# the analytical terms (`history.terms_ratio`), where the fixed cost is learned
+ARCHITECTURE_HISTORY = "architecture-history"
+# The smallest analytical model terms (MiB) a run's ratio over them is learned from:
+# four times those that decide an offset (`offsets.DECIDING_MODEL_MIB`). A learned
+# offset is the median of one GPU model's small runs, and stacks on it differ: the
+# measured timm and MLP campaigns' eager stacks lay 1,262 and 1,007 MiB above the
+# defaults on the same A100 (the shipped manifest's `fixed_offsets_mib`). At 2 GiB of
+# model terms such a ~250 MiB error in the fixed cost moves a ratio by at most ~12%.
+RATIO_MODEL_MIB = 4 * DECIDING_MODEL_MIB
 # How far beyond the range of a sized feature the calibration was trained on it is
 # still trusted: one doubling. Tree ensembles extrapolate flat, so a model or batch far
 # outside what they saw gets the correction of the nearest runs, which nothing tests.
@@ -152,8 +165,9 @@ class _Models:
 
 @dataclass
 class _Modelled:
-    """What the models say of a spec on one GPU: the fixed cost (default + offset)
-    and the model-dependent terms' point and bound."""
+    """What the models say of a spec on one GPU: the fixed cost (default + offset,
+    and whether the offset is learned) and the model-dependent terms' point and bound
+    (the bound holds `fixed_margin_mib`, the fixed cost's own uncertainty)."""
 
     terms: Breakdown
     fixed_mib: float
@@ -161,6 +175,8 @@ class _Modelled:
     model_mib: float
     model_upper_mib: float
     method: str
+    fixed_learned: bool = False
+    fixed_margin_mib: float = 0.0
 
     @property
     def peak_mib(self) -> float:
@@ -265,6 +281,12 @@ class Estimator:
                 upper, method = held * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
         else:
             peak, upper, method = modelled.peak_mib, modelled.upper_mib, modelled.method
+            seen = self.history.terms_ratio(spec) if modelled.fixed_learned else None
+            if seen is not None:
+                # the architecture's own runs bound its model terms, the fixed cost known
+                terms_upper = modelled.terms.model_mib * seen * (1 + HISTORY_MARGIN)
+                upper = modelled.peak_mib - modelled.model_mib + terms_upper
+                upper, method = upper + modelled.fixed_margin_mib, ARCHITECTURE_HISTORY
             above = self.history.model_ratio(spec)
             if above is not None and peak * above * (1 + HISTORY_MARGIN) > upper:
                 upper, method = peak * above * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
@@ -360,6 +382,8 @@ class Estimator:
             models.model_mib,
             models.model_upper_mib + fixed_margin,
             models.method,
+            learned and offset,
+            fixed_margin,
         )
 
     def _batch_peaks(self, spec: TrainingSpec, modelled: _Modelled) -> dict[int, float]:
@@ -422,7 +446,8 @@ class Estimator:
         it lay above what the models say of it; refits learn from the peaks every owner
         may rely on (history.py)."""
         name, ratio = self._above_models(spec, gpu_model, peak_mib)
-        for gpu, peak in self.history.add(spec, name, peak_mib, ratio, owner, trusted):
+        terms_ratio = self._terms_ratio(spec, name, peak_mib)
+        for gpu, peak in self.history.add(spec, name, peak_mib, ratio, owner, trusted, terms_ratio):
             self.observations.append(observation(spec, gpu, peak))
 
     def observe_oom(self, spec: TrainingSpec, gpu_model: str, held_mib: int) -> None:
@@ -431,6 +456,16 @@ class Estimator:
         than that on that GPU model (not a peak: neither history nor refits take it)."""
         name, ratio = self._above_models(spec, gpu_model, held_mib)
         self.history.add_oom(spec, name, held_mib, ratio)
+
+    def _terms_ratio(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> float | None:
+        """A run's model-dependent part (its peak less the fixed cost) over the
+        analytical terms, where that part is known: the environment's offset is learned,
+        and the terms are at least RATIO_MODEL_MIB."""
+        modelled = self._modelled(spec, self.describe(gpu_model), None)
+        analytical = modelled.terms.model_mib
+        if not modelled.fixed_learned or analytical < RATIO_MODEL_MIB:
+            return None
+        return (peak_mib - modelled.fixed_mib - modelled.offset_mib) / analytical
 
     def _above_models(self, spec: TrainingSpec, gpu_model: str, mib: int) -> tuple[str, float]:
         """The GPU model's name, and `mib` over the models' peak estimate on it."""

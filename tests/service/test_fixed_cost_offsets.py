@@ -111,3 +111,32 @@ def test_jobs_of_large_models_leave_the_offset_at_its_prior(make_client: Any) ->
     after = estimate_now(client)
     assert after["peak_mib"] == before["peak_mib"]
     assert after["model_version"] == before["model_version"]
+
+
+def test_an_architectures_runs_bound_its_other_configurations_after_a_restart(
+    make_client: Any,
+) -> None:
+    """Once the offset is learned, two ResNet-50 runs bound a third batch size's model
+    terms (estimator/history.py `terms_ratio`); a restarted server learns them again
+    with the stored offset, so the bound stays."""
+    client = make_client()
+    node = register(client)
+    for batch in (8, 16, 32, 64, 128):  # small runs: the stack's offset
+        job = submit(client, training=cifar(batch))
+        cycle(client)
+        peak = job["estimates"][0]["peak_mib"] + STACK_MIB
+        beat(client, node, [exited(job["id"], peak=peak, ran_s=600)])
+        cycle(client)
+    unseen = {"training": imagenet(512)}
+    before = client.post("/v1/estimate", json=unseen).json()["estimates"][0]
+    for batch in (64, 128):
+        job = submit(client, training=imagenet(batch))
+        cycle(client)
+        beat(client, node, [exited(job["id"], peak=job["estimates"][0]["peak_mib"], ran_s=600)])
+        cycle(client)
+    bounded = client.post("/v1/estimate", json=unseen).json()["estimates"][0]
+    assert bounded["method"] == "architecture-history"
+    assert bounded["upper_mib"] != before["upper_mib"]
+    restarted = make_client()  # a new server process on the same database
+    again = restarted.post("/v1/estimate", json=unseen).json()["estimates"][0]
+    assert (again["method"], again["upper_mib"]) == ("architecture-history", bounded["upper_mib"])

@@ -1,0 +1,90 @@
+"""The architecture-history bound: an architecture's configurations that ran bound its
+other configurations' model terms, once the fixed cost is learned; what it needs, and
+what one owner cannot do with it to another."""
+
+from __future__ import annotations
+
+from estimator.analytical.model import breakdown
+from estimator.estimate import ARCHITECTURE_HISTORY, Estimator, default_estimator
+from estimator.gpus import describe
+from estimator.history import HISTORY_MARGIN, ObservationHistory
+from estimator.offsets import MIN_OBSERVATIONS, environment_key
+from estimator.spec import TrainingSpec
+
+A100 = "A100-40GB"
+GPU = describe(A100)
+OFFSET_MIB = 800.0
+AT = {
+    batch: TrainingSpec.model_validate({"model": {"catalog": "resnet50"}, "batch_size": batch})
+    for batch in (8, 64, 128, 512)
+}
+
+
+def _estimator(learned: bool = True) -> Estimator:
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    if learned:  # small runs of one stack: the offset is learned, with no spread
+        for _ in range(MIN_OBSERVATIONS):
+            estimator.offsets.observe(environment_key(GPU.name, None), OFFSET_MIB, 100.0)
+    return estimator
+
+
+def _peak(spec: TrainingSpec, ratio: float) -> int:
+    """A peak whose model terms are `ratio` times the analytical ones."""
+    terms = breakdown(spec, GPU)
+    return round(terms.fixed.total + OFFSET_MIB + ratio * terms.model_mib)
+
+
+def _seen_by(estimator: Estimator, owner: str) -> Estimator:
+    return Estimator(
+        estimator.artifact, estimator.history.seen_by(owner), offsets=estimator.offsets
+    )
+
+
+def test_two_configurations_bound_a_third_by_their_largest_ratio() -> None:
+    estimator = _estimator()
+    calibrated = estimator.estimate(AT[512], A100)
+    estimator.observe(AT[64], A100, _peak(AT[64], 0.90))
+    assert not estimator.estimate(AT[512], A100).method.startswith(ARCHITECTURE_HISTORY)
+    estimator.observe(AT[128], A100, _peak(AT[128], 0.95))
+    bounded = estimator.estimate(AT[512], A100)
+    assert bounded.method == ARCHITECTURE_HISTORY  # no line: 512 lies beyond the batches seen
+    terms = breakdown(AT[512], GPU)
+    expected = terms.fixed.total + OFFSET_MIB + terms.model_mib * 0.95 * (1 + HISTORY_MARGIN)
+    assert abs(bounded.upper_mib - expected) <= 2  # peaks and bounds are whole MiB
+    assert bounded.upper_mib < calibrated.upper_mib  # the calibration alone is wider here
+    assert bounded.peak_mib == calibrated.peak_mib  # a bound, not a new point
+
+
+def test_an_unlearned_fixed_cost_or_small_runs_give_no_ratio() -> None:
+    # without a learned offset a run's model terms are not known apart from the fixed cost
+    estimator = _estimator(learned=False)
+    for batch in (64, 128):
+        estimator.observe(AT[batch], A100, _peak(AT[batch], 0.9))
+    assert not estimator.estimate(AT[512], A100).method.startswith(ARCHITECTURE_HISTORY)
+    # a run with small model terms (batch 8: ~1.2 GiB) gives none either: the fixed
+    # cost's error would be a large share of it
+    estimator = _estimator()
+    estimator.observe(AT[8], A100, _peak(AT[8], 0.5))
+    estimator.observe(AT[64], A100, _peak(AT[64], 0.9))
+    assert not estimator.estimate(AT[512], A100).method.startswith(ARCHITECTURE_HISTORY)
+
+
+def test_one_owner_cannot_lower_another_owners_architecture_bound() -> None:
+    estimator = _estimator()
+    for batch in (64, 128):  # credible, but low and mallory's alone
+        estimator.observe(AT[batch], A100, _peak(AT[batch], 0.6), owner="mallory")
+    carol = _seen_by(estimator, "carol").estimate(AT[512], A100)
+    mallory = _seen_by(estimator, "mallory").estimate(AT[512], A100)
+    assert not carol.method.startswith(ARCHITECTURE_HISTORY)
+    assert mallory.method == ARCHITECTURE_HISTORY and mallory.upper_mib < carol.upper_mib
+
+
+def test_an_oom_of_the_architecture_still_raises_the_bound() -> None:
+    estimator = _estimator()
+    for batch in (64, 128):
+        estimator.observe(AT[batch], A100, _peak(AT[batch], 0.9))
+    bounded = estimator.estimate(AT[512], A100)
+    estimator.observe_oom(AT[128], A100, _peak(AT[128], 1.5))  # it needed more than that
+    raised = estimator.estimate(AT[512], A100)
+    assert raised.method == ARCHITECTURE_HISTORY + "+model-history"
+    assert raised.upper_mib > bounded.upper_mib
