@@ -25,12 +25,13 @@
    estimated from those runs alone by `estimator.history.batch_line` (method
    `history-batch`, bound: the line plus `HISTORY_MARGIN`), beside lines the estimator
    does not follow: the chord alone, and lines extrapolated beyond the batches seen.
-5. History of the architecture: five folds grouped by model; each held-out run is
-   estimated after its model's runs at the other batch sizes (same GPU model and
-   campaign) were observed, with the campaign's offset learned from the training runs.
-   Where the estimator bounds it by those runs' model terms over the analytical terms
-   (method `architecture-history`), the bound is compared with the calibration's alone
-   on the same runs.
+5. History beyond the batch sizes seen: five folds grouped by model; each held-out run
+   is estimated after its configuration's runs at the other batch sizes (same GPU
+   model and campaign) were observed, with the campaign's offset learned from the
+   training runs. Where the estimator bounds it by those runs' model terms over the
+   analytical terms (method `history-batch-ratio`), the bound is compared on the same
+   runs with the one it replaces: the calibration's, raised as far as the model's runs
+   went above their estimates.
 6. The in-process time of one estimate, beside the analytical model's in the same run.
 
 Implausible rows (`measurements.py`) are counted and left out of every truth.
@@ -52,7 +53,7 @@ from numpy.typing import NDArray
 from sklearn.model_selection import GroupKFold
 
 from estimator.analytical.model import breakdown
-from estimator.estimate import ARCHITECTURE_HISTORY, Estimate, Estimator, default_estimator
+from estimator.estimate import HISTORY_BATCH_RATIO, Estimate, Estimator, default_estimator
 from estimator.history import (
     HISTORY_MARGIN,
     ObservationHistory,
@@ -398,7 +399,7 @@ def batch_lines(table: list[Measurement]) -> None:
             print(row(f"{source} / {name}", scores(peak, peak * (1 + HISTORY_MARGIN), measured)))
 
 
-def architecture_history(table: list[Measurement]) -> None:
+def batch_ratio_bounds(table: list[Measurement]) -> None:
     runs = usable(table)
     found: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
     folds = GroupKFold(n_splits=5).split(runs, groups=[r.model for r in runs])
@@ -423,7 +424,7 @@ def architecture_history(table: list[Measurement]) -> None:
                         if other.batch_size != h.batch_size:
                             estimator.observe(other.spec(), other.gpu_model, other.measured_mib)
                     estimate = estimator.estimate(h.spec(), h.gpu_model)
-                    if not estimate.method.startswith(ARCHITECTURE_HISTORY):
+                    if not estimate.method.startswith(HISTORY_BATCH_RATIO):
                         continue
                     # before: the calibration's bound, raised as far as the model's runs
                     # went above its estimates (MODEL_HISTORY)
@@ -433,15 +434,15 @@ def architecture_history(table: list[Measurement]) -> None:
                         "calibration, raised by the model's runs": max(
                             calibrated.upper_mib, raised
                         ),
-                        "architecture-history (shipped)": estimate.upper_mib,
+                        "history-batch-ratio (shipped)": estimate.upper_mib,
                     }
                     for name, bound in bounds.items():
                         found.setdefault((source, name), []).append(
                             (estimate.peak_mib, bound, h.measured_mib)
                         )
     print(
-        "\n### History of the architecture: runs bounded by their model's other "
-        "configurations (held out by model)\n"
+        "\n### History beyond the batch sizes seen: runs bounded by their "
+        "configuration's runs at other batch sizes (held out by model)\n"
     )
     print("| source / bound " + HEADER)
     print("|---|---|---|---|---|---|")
@@ -482,7 +483,7 @@ def main() -> None:
     held_out_environments(table, measurements.lucid_rows(args.shared), args.first_runs)
     llm_pretraining()
     batch_lines(table)
-    architecture_history(table)
+    batch_ratio_bounds(table)
     timing()
 
 

@@ -11,10 +11,10 @@ the same GPU model; its history on other GPU models, with their fixed cost swapp
 for this one's (the tensors a run allocates do not depend on the GPU; the fixed cost
 does); the line through its configuration's runs at other batch sizes (`history.
 batch_line`), moved likewise, its bound raised above what a run of the spec held
-when it died of an OOM; once the fixed cost is learned, the bound its architecture's
-other configurations set (the largest ratio their model terms reached over the
-analytical terms, `history.terms_ratio`, applied to this spec's, plus the history
-margin) with the models' point; the model-dependent terms corrected by the learned
+when it died of an OOM; once the fixed cost is learned, the models' point with the
+bound its configuration's runs at other batch sizes set beyond them (the largest ratio
+their model terms reached over the analytical terms, applied to this spec's, plus the
+history margin); the model-dependent terms corrected by the learned
 calibration, where the spec lies in the calibration's domain (its kind, precision and
 layout, and every sized feature within a factor DOMAIN_FACTOR of what it was trained
 on); the analytical model alone elsewhere, with the margin it needed on the measured
@@ -44,7 +44,13 @@ from pydantic import BaseModel, Field
 from estimator.analytical.context import fixed_cost
 from estimator.analytical.model import Breakdown, breakdown, communicates, resolve
 from estimator.gpus import GpuDescription, canonical_gpu_name, describe
-from estimator.history import HISTORY_MARGIN, ObservationHistory, batch_line, fingerprint
+from estimator.history import (
+    HISTORY_MARGIN,
+    MIN_RATIO_BATCHES,
+    ObservationHistory,
+    batch_line,
+    fingerprint,
+)
 from estimator.learned.artifact import Artifact, load
 from estimator.learned.features import NAMES, RANGED, features, model_kind
 from estimator.learned.measurements import Measurement, observation
@@ -60,9 +66,9 @@ HISTORY_BATCH = "history-batch"
 # appended to a method whose bound was raised to what other runs of the architecture
 # reached over their estimates
 MODEL_HISTORY = "+model-history"
-# the model terms bounded by how far its architecture's other configurations went above
-# the analytical terms (`history.terms_ratio`), where the fixed cost is learned
-ARCHITECTURE_HISTORY = "architecture-history"
+# the model terms bounded by how far its configuration's runs at other batch sizes went
+# above the analytical terms (`_batch_ratio`), where the fixed cost is learned
+HISTORY_BATCH_RATIO = "history-batch-ratio"
 # The smallest analytical model terms (MiB) a run's ratio over them is learned from:
 # four times those that decide an offset (`offsets.DECIDING_MODEL_MIB`). A learned
 # offset is the median of one GPU model's small runs, and stacks on it differ: the
@@ -268,7 +274,8 @@ class Estimator:
         peaks = self.history.peaks_by_gpu(spec)
         observed = peaks.get(name)
         moved = None if observed is not None else self._moved_history(spec, peaks, modelled)
-        line = None if peaks else batch_line(self._batch_peaks(spec, modelled), spec.batch_size)
+        by_batch = {} if peaks else self.history.peaks_by_batch(spec)
+        line = batch_line(self._batch_peaks(spec, by_batch, modelled), spec.batch_size)
         if observed is not None:
             peak, upper, method = float(observed), observed * (1 + HISTORY_MARGIN), HISTORY
         elif moved is not None:
@@ -281,12 +288,12 @@ class Estimator:
                 upper, method = held * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
         else:
             peak, upper, method = modelled.peak_mib, modelled.upper_mib, modelled.method
-            seen = self.history.terms_ratio(spec) if modelled.fixed_learned else None
+            seen = self._batch_ratio(spec, by_batch) if modelled.fixed_learned else None
             if seen is not None:
-                # the architecture's own runs bound its model terms, the fixed cost known
+                # the configuration's runs bound its model terms, the fixed cost known
                 terms_upper = modelled.terms.model_mib * seen * (1 + HISTORY_MARGIN)
                 upper = modelled.peak_mib - modelled.model_mib + terms_upper
-                upper, method = upper + modelled.fixed_margin_mib, ARCHITECTURE_HISTORY
+                upper, method = upper + modelled.fixed_margin_mib, HISTORY_BATCH_RATIO
             above = self.history.model_ratio(spec)
             if above is not None and peak * above * (1 + HISTORY_MARGIN) > upper:
                 upper, method = peak * above * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
@@ -386,10 +393,12 @@ class Estimator:
             fixed_margin,
         )
 
-    def _batch_peaks(self, spec: TrainingSpec, modelled: _Modelled) -> dict[int, float]:
-        """The peaks of `spec`'s configuration at other batch sizes, each the largest
-        on any GPU model moved to this one's fixed cost, by batch size."""
-        by_batch = self.history.peaks_by_batch(spec)
+    def _batch_peaks(
+        self, spec: TrainingSpec, by_batch: dict[int, dict[str, int]], modelled: _Modelled
+    ) -> dict[int, float]:
+        """The peaks of `spec`'s configuration at other batch sizes (`by_batch`, from
+        `history.peaks_by_batch`), each the largest on any GPU model moved to this one's
+        fixed cost, by batch size."""
         moved = {batch: self._moved_history(spec, p, modelled) for batch, p in by_batch.items()}
         return {batch: mib for batch, mib in moved.items() if mib is not None}
 
@@ -446,8 +455,7 @@ class Estimator:
         it lay above what the models say of it; refits learn from the peaks every owner
         may rely on (history.py)."""
         name, ratio = self._above_models(spec, gpu_model, peak_mib)
-        terms_ratio = self._terms_ratio(spec, name, peak_mib)
-        for gpu, peak in self.history.add(spec, name, peak_mib, ratio, owner, trusted, terms_ratio):
+        for gpu, peak in self.history.add(spec, name, peak_mib, ratio, owner, trusted):
             self.observations.append(observation(spec, gpu, peak))
 
     def observe_oom(self, spec: TrainingSpec, gpu_model: str, held_mib: int) -> None:
@@ -457,15 +465,33 @@ class Estimator:
         name, ratio = self._above_models(spec, gpu_model, held_mib)
         self.history.add_oom(spec, name, held_mib, ratio)
 
+    def _batch_ratio(self, spec: TrainingSpec, by_batch: dict[int, dict[str, int]]) -> float | None:
+        """The largest ratio of model terms to the analytical ones among the runs of
+        `spec`'s configuration at other batch sizes (`by_batch`: the largest visible peak
+        of each, by GPU model), worked out with the offsets in force now; None where
+        fewer than MIN_RATIO_BATCHES batch sizes give one."""
+        ratios = []
+        for batch, peaks in by_batch.items():
+            other = spec.model_copy(update={"batch_size": batch})
+            found = [self._terms_ratio(other, gpu, peak) for gpu, peak in peaks.items()]
+            known = [ratio for ratio in found if ratio is not None]
+            if known:
+                ratios.append(max(known))
+        return max(ratios) if len(ratios) >= MIN_RATIO_BATCHES else None
+
     def _terms_ratio(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> float | None:
-        """A run's model-dependent part (its peak less the fixed cost) over the
-        analytical terms, where that part is known: the environment's offset is learned,
-        and the terms are at least RATIO_MODEL_MIB."""
-        modelled = self._modelled(spec, self.describe(gpu_model), None)
-        analytical = modelled.terms.model_mib
-        if not modelled.fixed_learned or analytical < RATIO_MODEL_MIB:
+        """A run's model terms (its peak less the fixed cost) over the analytical ones,
+        where they are known: the analytical terms are at least RATIO_MODEL_MIB, and
+        every environment of the GPU model has its offset in force (the run's driver is
+        not recorded: the smallest offset is taken, so the ratio is never understated).
+        None elsewhere, and for a peak that does not exceed its fixed cost."""
+        gpu = self.describe(gpu_model)
+        keys = self._environments(gpu, None)
+        analytical = self._models(spec, gpu).terms
+        if analytical.model_mib < RATIO_MODEL_MIB or not all(map(self.offsets.in_force, keys)):
             return None
-        return (peak_mib - modelled.fixed_mib - modelled.offset_mib) / analytical
+        fixed = analytical.fixed.total + min(map(self.offsets.offset_mib, keys))
+        return (peak_mib - fixed) / analytical.model_mib if peak_mib > fixed else None
 
     def _above_models(self, spec: TrainingSpec, gpu_model: str, mib: int) -> tuple[str, float]:
         """The GPU model's name, and `mib` over the models' peak estimate on it."""

@@ -6,9 +6,9 @@ training configuration finds the peaks observed before and needs no guessing: on
 same GPU model as they are, on another with the CUDA context swapped (`estimate.py`).
 Runs of one configuration at other batch sizes place it on a line (`batch_line`): what
 a training step holds is a fixed part (context, weights, gradients, optimizer state)
-plus activations proportional to the batch. Runs of an architecture's other
-configurations bound its model terms (`terms_ratio`): how far above the analytical
-terms that architecture's runs went.
+plus activations proportional to the batch. The same runs bound its model terms at
+batch sizes beyond those seen (`Estimator`, method `history-batch-ratio`): by how far
+above the analytical terms the runs' own went.
 
 History is only as good as the runs it learns from, and on a shared cluster a user
 chooses what their job really does. So a peak is learned from only when it is credible
@@ -46,12 +46,11 @@ MIN_CREDIBLE_RUN_S = 60.0
 # between them to estimate it: the doublings runs are usually measured at (8, 16, 32,
 # ...) put the nearest two at most 4x apart.
 BRACKET_SPAN = 4
-# How many of an architecture's configurations must have run (their model-dependent
-# part known) before their largest ratio over the analytical terms bounds its other
-# configurations: two, so that one run's quirk never sets it alone. On the measured
-# timm runs, held out by architecture, two left fewer runs above that bound than one
-# (bench/estimator_accuracy.py, section 5).
-MIN_RATIO_CONFIGURATIONS = 2
+# How many batch sizes of a configuration must have run before the largest ratio of
+# their model terms to the analytical ones bounds it at other batch sizes: two, so that
+# one run's quirk never sets it alone. On the measured timm runs, held out by model,
+# two left fewer runs above that bound than one (bench/estimator_accuracy.py, section 5).
+MIN_RATIO_BATCHES = 2
 
 
 def fingerprint(spec: TrainingSpec) -> str:
@@ -145,9 +144,6 @@ class _Peak:
     peak_mib: int
     owner: str | None  # None: observations without owners (the simulator, one team)
     released: bool  # every owner's jobs may rely on it (and refits learn from it)
-    # its model-dependent part over the analytical terms, where that part is known
-    # (`Estimator.terms_ratio`); None where it is not
-    terms_ratio: float | None = None
 
 
 class ObservationHistory:
@@ -164,8 +160,6 @@ class ObservationHistory:
         # the same peaks by configuration, then batch size, then GPU model
         self._batches: dict[str, dict[int, dict[str, list[_Peak]]]] = {}
         self._ratios: dict[str, float] = {}
-        # peaks whose model-dependent part is known, by architecture, then fingerprint
-        self._measured: dict[str, dict[str, list[_Peak]]] = {}
         # the most a run of each fingerprint held when it died of an OOM, by GPU model
         self._ooms: dict[str, dict[str, int]] = {}
         self._viewer: str | None = None
@@ -178,22 +172,18 @@ class ObservationHistory:
         ratio: float,
         owner: str | None = None,
         trusted: bool = False,
-        terms_ratio: float | None = None,
     ) -> list[tuple[str, int]]:
-        """Keep a credible peak (with `terms_ratio`, its model-dependent part over the
-        analytical terms, where known); returns the (GPU model, peak) pairs it released
-        for every owner (itself, and earlier ones of the spec on its GPU model when it
+        """Keep a credible peak; returns the (GPU model, peak) pairs it released for
+        every owner (itself, and earlier ones of the spec on its GPU model when it
         corroborates them)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         owners = self._owners.setdefault((key, gpu), set())
         owners.add(owner)
-        peak = _Peak(peak_mib, owner, trusted or owner is None, terms_ratio)
+        peak = _Peak(peak_mib, owner, trusted or owner is None)
         peaks = self._peaks.setdefault(key, {}).setdefault(gpu, [])
         peaks.append(peak)
         batches = self._batches.setdefault(configuration(spec), {})
         batches.setdefault(spec.batch_size, {}).setdefault(gpu, []).append(peak)
-        if terms_ratio is not None:
-            self._measured.setdefault(architecture(spec), {}).setdefault(key, []).append(peak)
         self._widen(spec, ratio)
         corroborated = len(owners) > 1
         released = []
@@ -226,17 +216,6 @@ class ObservationHistory:
         """How far above their estimates runs of this architecture went, at most."""
         return self._ratios.get(architecture(spec))
 
-    def terms_ratio(self, spec: TrainingSpec) -> float | None:
-        """The largest visible ratio of a run's model-dependent part to the analytical
-        terms among the configurations of `spec`'s architecture, or None where fewer
-        than MIN_RATIO_CONFIGURATIONS of them have one."""
-        ratios = [
-            max(visible)
-            for peaks in self._measured.get(architecture(spec), {}).values()
-            if (visible := [p.terms_ratio for p in peaks if p.terms_ratio and self._sees(p)])
-        ]
-        return max(ratios) if len(ratios) >= MIN_RATIO_CONFIGURATIONS else None
-
     def seen_by(self, owner: str | None) -> ObservationHistory:
         """This history as `owner`'s jobs see it (the same records, not a copy)."""
         view = copy.copy(self)
@@ -252,18 +231,16 @@ class ObservationHistory:
         """`peaks_by_gpu` of the spec's configuration at each other batch size it ran
         at, by batch size."""
         batches = self._batches.get(configuration(spec), {})
-        visible = {
+        visible = {  # (a snapshot: the service's sync may add a batch meanwhile)
             batch: self._visible(by_gpu)
-            for batch, by_gpu in batches.items()
+            for batch, by_gpu in list(batches.items())
             if batch != spec.batch_size
         }
         return {batch: peaks for batch, peaks in visible.items() if peaks}
 
     def _visible(self, by_gpu: dict[str, list[_Peak]]) -> dict[str, int]:
         visible = {
-            gpu: [p.peak_mib for p in peaks if self._sees(p)] for gpu, peaks in by_gpu.items()
+            gpu: [p.peak_mib for p in peaks if p.released or p.owner == self._viewer]
+            for gpu, peaks in list(by_gpu.items())
         }
         return {gpu: max(peaks) for gpu, peaks in visible.items() if peaks}
-
-    def _sees(self, peak: _Peak) -> bool:
-        return peak.released or peak.owner == self._viewer

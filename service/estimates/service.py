@@ -83,11 +83,6 @@ class EstimatorState:
             seen = 0
         row = session.scalar(select(EstimatorVersion).where(EstimatorVersion.active))
         new = session.execute(learnable.where(Observation.id > seen).order_by(Observation.id)).all()
-        # a peak's ratio over the models needs its GPU's fixed cost (Estimator.observe):
-        # peaks learned from the start (a new process, or a rebuild) are learned with
-        # the GPUs reported and the offsets stored
-        gpus = reported_gpus(session)
-        stored = _stored_offsets(session)[1] if seen == 0 else None
         with self._lock:
             wanted = row.version if row else PACKAGED
             if wanted != self._active:
@@ -98,9 +93,6 @@ class EstimatorState:
                 fresh = ObservationHistory()
                 self.current = replace(self.current, history=fresh, observations=[])
                 self._last_observation, self._trusted = 0, 0
-            self.current.register_gpus(gpus)
-            if stored is not None and self._last_observation == 0:
-                self.current.offsets = stored
             for observation, attempt, job in new:
                 if observation.id <= self._last_observation:
                     continue  # another thread applied it meanwhile
@@ -111,6 +103,7 @@ class EstimatorState:
                 except Exception:  # one bad row (a spec stored before it could be refused)
                     log.exception("observation %d not learned from", observation.id)
             current = self.current
+        current.register_gpus(reported_gpus(session))
         current.offsets = learn_offsets(session, current)
         return current
 

@@ -135,8 +135,8 @@ def test_an_architectures_runs_bound_its_other_configurations_after_a_restart(
         beat(client, node, [exited(job["id"], peak=job["estimates"][0]["peak_mib"], ran_s=600)])
         cycle(client)
     bounded = client.post("/v1/estimate", json=unseen).json()["estimates"][0]
-    assert bounded["method"] == "architecture-history"
+    assert bounded["method"] == "history-batch-ratio"
     assert bounded["upper_mib"] != before["upper_mib"]
     restarted = make_client()  # a new server process on the same database
     again = restarted.post("/v1/estimate", json=unseen).json()["estimates"][0]
-    assert (again["method"], again["upper_mib"]) == ("architecture-history", bounded["upper_mib"])
+    assert (again["method"], again["upper_mib"]) == ("history-batch-ratio", bounded["upper_mib"])

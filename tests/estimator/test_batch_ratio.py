@@ -1,11 +1,11 @@
-"""The architecture-history bound: an architecture's configurations that ran bound its
-other configurations' model terms, once the fixed cost is learned; what it needs, and
-what one owner cannot do with it to another."""
+"""The history-batch-ratio bound: a configuration's runs at two batch sizes bound its
+model terms at batch sizes beyond them, once the fixed cost is learned; what it needs,
+and what one owner cannot do with it to another."""
 
 from __future__ import annotations
 
 from estimator.analytical.model import breakdown
-from estimator.estimate import ARCHITECTURE_HISTORY, Estimator, default_estimator
+from estimator.estimate import HISTORY_BATCH_RATIO, Estimator, default_estimator
 from estimator.gpus import describe
 from estimator.history import HISTORY_MARGIN, ObservationHistory
 from estimator.offsets import MIN_OBSERVATIONS, environment_key
@@ -20,11 +20,16 @@ AT = {
 }
 
 
+def _learn_offset(estimator: Estimator) -> None:
+    """Small runs of one stack: the offset is learned, with no spread."""
+    for _ in range(MIN_OBSERVATIONS):
+        estimator.offsets.observe(environment_key(GPU.name, None), OFFSET_MIB, 100.0)
+
+
 def _estimator(learned: bool = True) -> Estimator:
     estimator = Estimator(default_estimator().artifact, ObservationHistory())
-    if learned:  # small runs of one stack: the offset is learned, with no spread
-        for _ in range(MIN_OBSERVATIONS):
-            estimator.offsets.observe(environment_key(GPU.name, None), OFFSET_MIB, 100.0)
+    if learned:
+        _learn_offset(estimator)
     return estimator
 
 
@@ -40,14 +45,14 @@ def _seen_by(estimator: Estimator, owner: str) -> Estimator:
     )
 
 
-def test_two_configurations_bound_a_third_by_their_largest_ratio() -> None:
+def test_two_batch_sizes_bound_a_third_by_their_largest_ratio() -> None:
     estimator = _estimator()
     calibrated = estimator.estimate(AT[512], A100)
     estimator.observe(AT[64], A100, _peak(AT[64], 0.90))
-    assert not estimator.estimate(AT[512], A100).method.startswith(ARCHITECTURE_HISTORY)
+    assert not estimator.estimate(AT[512], A100).method.startswith(HISTORY_BATCH_RATIO)
     estimator.observe(AT[128], A100, _peak(AT[128], 0.95))
     bounded = estimator.estimate(AT[512], A100)
-    assert bounded.method == ARCHITECTURE_HISTORY  # no line: 512 lies beyond the batches seen
+    assert bounded.method == HISTORY_BATCH_RATIO  # no line: 512 lies beyond the batches seen
     terms = breakdown(AT[512], GPU)
     expected = terms.fixed.total + OFFSET_MIB + terms.model_mib * 0.95 * (1 + HISTORY_MARGIN)
     assert abs(bounded.upper_mib - expected) <= 2  # peaks and bounds are whole MiB
@@ -60,13 +65,13 @@ def test_an_unlearned_fixed_cost_or_small_runs_give_no_ratio() -> None:
     estimator = _estimator(learned=False)
     for batch in (64, 128):
         estimator.observe(AT[batch], A100, _peak(AT[batch], 0.9))
-    assert not estimator.estimate(AT[512], A100).method.startswith(ARCHITECTURE_HISTORY)
+    assert not estimator.estimate(AT[512], A100).method.startswith(HISTORY_BATCH_RATIO)
     # a run with small model terms (batch 8: ~1.2 GiB) gives none either: the fixed
     # cost's error would be a large share of it
     estimator = _estimator()
     estimator.observe(AT[8], A100, _peak(AT[8], 0.5))
     estimator.observe(AT[64], A100, _peak(AT[64], 0.9))
-    assert not estimator.estimate(AT[512], A100).method.startswith(ARCHITECTURE_HISTORY)
+    assert not estimator.estimate(AT[512], A100).method.startswith(HISTORY_BATCH_RATIO)
 
 
 def test_one_owner_cannot_lower_another_owners_architecture_bound() -> None:
@@ -75,8 +80,24 @@ def test_one_owner_cannot_lower_another_owners_architecture_bound() -> None:
         estimator.observe(AT[batch], A100, _peak(AT[batch], 0.6), owner="mallory")
     carol = _seen_by(estimator, "carol").estimate(AT[512], A100)
     mallory = _seen_by(estimator, "mallory").estimate(AT[512], A100)
-    assert not carol.method.startswith(ARCHITECTURE_HISTORY)
-    assert mallory.method == ARCHITECTURE_HISTORY and mallory.upper_mib < carol.upper_mib
+    assert not carol.method.startswith(HISTORY_BATCH_RATIO)
+    assert mallory.method == HISTORY_BATCH_RATIO and mallory.upper_mib < carol.upper_mib
+
+
+def test_a_low_run_released_by_corroboration_hides_no_higher_one() -> None:
+    # alice's runs came before the offset was learned; mallory's low runs of the same
+    # specs are released by them (corroboration): the ratio is worked out now, from the
+    # largest peak each spec reached, so alice's runs set it for everyone
+    estimator = _estimator(learned=False)
+    for batch in (64, 128):
+        estimator.observe(AT[batch], A100, _peak(AT[batch], 1.2), owner="alice")
+    _learn_offset(estimator)
+    for batch in (64, 128):
+        estimator.observe(AT[batch], A100, _peak(AT[batch], 0.3), owner="mallory")
+    dave = _seen_by(estimator, "dave").estimate(AT[512], A100)
+    terms = breakdown(AT[512], GPU)
+    assert dave.method == HISTORY_BATCH_RATIO
+    assert dave.upper_mib >= terms.fixed.total + OFFSET_MIB + terms.model_mib * 1.2 * 1.1 - 2
 
 
 def test_an_oom_of_the_architecture_still_raises_the_bound() -> None:
@@ -86,5 +107,5 @@ def test_an_oom_of_the_architecture_still_raises_the_bound() -> None:
     bounded = estimator.estimate(AT[512], A100)
     estimator.observe_oom(AT[128], A100, _peak(AT[128], 1.5))  # it needed more than that
     raised = estimator.estimate(AT[512], A100)
-    assert raised.method == ARCHITECTURE_HISTORY + "+model-history"
+    assert raised.method == HISTORY_BATCH_RATIO + "+model-history"
     assert raised.upper_mib > bounded.upper_mib
