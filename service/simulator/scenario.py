@@ -12,8 +12,8 @@ the standard workload (issue 20), seeded by the workload's seed:
 - `foreign-stack`: the cluster runs another software stack than the measurements:
   every true peak moves by a fixed cost per GPU model (`FOREIGN_FIXED_MB`; the other
   models drawn between them) and its model-dependent part (the peak above the measured
-  stack's fixed cost: the estimator's default plus the offset the shipped calibration
-  learned for the run's campaign) is scaled per model by up to `FOREIGN_MODEL_SCALE`.
+  stack's fixed cost: the estimator's default plus the campaign's own,
+  `MEASURED_STACK_MIB`) is scaled per model by up to `FOREIGN_MODEL_SCALE`.
   The oracle knows it; Colloc learns it from finished jobs (`policies.Colloc`).
 """
 
