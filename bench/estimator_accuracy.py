@@ -29,7 +29,7 @@
    is estimated after its configuration's runs at the other batch sizes (same GPU
    model and campaign) were observed, with the campaign's offset learned from the
    training runs. Where the estimator bounds it by those runs' model terms over the
-   analytical terms (method `history-batch-ratio`), the bound is compared on the same
+   analytical terms (method `history-ratio`), the bound is compared on the same
    runs with the one it replaces: the calibration's, raised as far as the model's runs
    went above their estimates.
 6. The in-process time of one estimate, beside the analytical model's in the same run.
@@ -53,7 +53,7 @@ from numpy.typing import NDArray
 from sklearn.model_selection import GroupKFold
 
 from estimator.analytical.model import breakdown
-from estimator.estimate import HISTORY_BATCH_RATIO, Estimate, Estimator, default_estimator
+from estimator.estimate import HISTORY_RATIO, Estimate, Estimator, default_estimator
 from estimator.history import (
     HISTORY_MARGIN,
     ObservationHistory,
@@ -424,7 +424,7 @@ def batch_ratio_bounds(table: list[Measurement]) -> None:
                         if other.batch_size != h.batch_size:
                             estimator.observe(other.spec(), other.gpu_model, other.measured_mib)
                     estimate = estimator.estimate(h.spec(), h.gpu_model)
-                    if not estimate.method.startswith(HISTORY_BATCH_RATIO):
+                    if not estimate.method.startswith(HISTORY_RATIO):
                         continue
                     # before: the calibration's bound, raised as far as the model's runs
                     # went above its estimates (MODEL_HISTORY)
@@ -434,7 +434,7 @@ def batch_ratio_bounds(table: list[Measurement]) -> None:
                         "calibration, raised by the model's runs": max(
                             calibrated.upper_mib, raised
                         ),
-                        "history-batch-ratio (shipped)": estimate.upper_mib,
+                        "history-ratio (shipped)": estimate.upper_mib,
                     }
                     for name, bound in bounds.items():
                         found.setdefault((source, name), []).append(

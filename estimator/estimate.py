@@ -68,7 +68,7 @@ HISTORY_BATCH = "history-batch"
 MODEL_HISTORY = "+model-history"
 # the model terms bounded by how far its configuration's runs at other batch sizes went
 # above the analytical terms (`_batch_ratio`), where the fixed cost is learned
-HISTORY_BATCH_RATIO = "history-batch-ratio"
+HISTORY_RATIO = "history-ratio"
 # The smallest analytical model terms (MiB) a run's ratio over them is learned from:
 # four times those that decide an offset (`offsets.DECIDING_MODEL_MIB`). A learned
 # offset is the median of one GPU model's small runs, and stacks on it differ: the
@@ -172,8 +172,9 @@ class _Models:
 @dataclass
 class _Modelled:
     """What the models say of a spec on one GPU: the fixed cost (default + offset,
-    and whether the offset is learned) and the model-dependent terms' point and bound
-    (the bound holds `fixed_margin_mib`, the fixed cost's own uncertainty)."""
+    and whether every environment of it has its offset learned) and the
+    model-dependent terms' point and bound (the bound holds `fixed_margin_mib`, the
+    fixed cost's own uncertainty)."""
 
     terms: Breakdown
     fixed_mib: float
@@ -288,12 +289,14 @@ class Estimator:
                 upper, method = held * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
         else:
             peak, upper, method = modelled.peak_mib, modelled.upper_mib, modelled.method
-            seen = self._batch_ratio(spec, by_batch) if modelled.fixed_learned else None
+            seen = None
+            if modelled.fixed_learned:
+                seen = self._batch_ratio(spec, by_batch, name, environment)
             if seen is not None:
                 # the configuration's runs bound its model terms, the fixed cost known
                 terms_upper = modelled.terms.model_mib * seen * (1 + HISTORY_MARGIN)
                 upper = modelled.peak_mib - modelled.model_mib + terms_upper
-                upper, method = upper + modelled.fixed_margin_mib, HISTORY_BATCH_RATIO
+                upper, method = upper + modelled.fixed_margin_mib, HISTORY_RATIO
             above = self.history.model_ratio(spec)
             if above is not None and peak * above * (1 + HISTORY_MARGIN) > upper:
                 upper, method = peak * above * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
@@ -317,15 +320,16 @@ class Estimator:
             return (environment,)
         return self.environments.get(gpu.name) or (environment_key(gpu.name, gpu.driver_version),)
 
-    def _models(self, spec: TrainingSpec, gpu: GpuDescription) -> _Models:
+    def _models(self, spec: TrainingSpec, gpu: GpuDescription, key: str | None = None) -> _Models:
         """The models' terms of `spec` on `gpu`, worked out once per pair: they depend
-        on neither the history nor the offsets, only on the calibration."""
+        on neither the history nor the offsets, only on the calibration. `key`: the
+        spec's fingerprint, where the caller has it."""
         if self._models_artifact is not self.artifact:
             self._models_kept.clear()
             self._predicted.clear()
             self._models_artifact = self.artifact
-        key = (fingerprint(spec), gpu)
-        return _kept(self._models_kept, key, lambda: self._model_terms(spec, gpu))
+        kept = (key or fingerprint(spec), gpu)
+        return _kept(self._models_kept, kept, lambda: self._model_terms(spec, gpu))
 
     def _model_terms(self, spec: TrainingSpec, gpu: GpuDescription) -> _Models:
         """Calibrated where in domain, else the analytical terms with the margin they
@@ -389,7 +393,7 @@ class Estimator:
             models.model_mib,
             models.model_upper_mib + fixed_margin,
             models.method,
-            learned and offset,
+            offset and all(self.offsets.in_force(k) for k in keys),
             fixed_margin,
         )
 
@@ -465,29 +469,43 @@ class Estimator:
         name, ratio = self._above_models(spec, gpu_model, held_mib)
         self.history.add_oom(spec, name, held_mib, ratio)
 
-    def _batch_ratio(self, spec: TrainingSpec, by_batch: dict[int, dict[str, int]]) -> float | None:
+    def _batch_ratio(
+        self,
+        spec: TrainingSpec,
+        by_batch: dict[int, dict[str, int]],
+        gpu_model: str,
+        environment: str | None,
+    ) -> float | None:
         """The largest ratio of model terms to the analytical ones among the runs of
         `spec`'s configuration at other batch sizes (`by_batch`: the largest visible peak
-        of each, by GPU model), worked out with the offsets in force now; None where
-        fewer than MIN_RATIO_BATCHES batch sizes give one."""
+        of each, by GPU model), worked out with the offsets in force now (`environment`
+        for runs on `gpu_model`, the estimate's own); None where fewer than
+        MIN_RATIO_BATCHES batch sizes give one."""
         ratios = []
         for batch, peaks in by_batch.items():
             other = spec.model_copy(update={"batch_size": batch})
-            found = [self._terms_ratio(other, gpu, peak) for gpu, peak in peaks.items()]
+            key = fingerprint(other)
+            found = [
+                self._terms_ratio(other, key, gpu, peak, environment if gpu == gpu_model else None)
+                for gpu, peak in peaks.items()
+            ]
             known = [ratio for ratio in found if ratio is not None]
             if known:
                 ratios.append(max(known))
         return max(ratios) if len(ratios) >= MIN_RATIO_BATCHES else None
 
-    def _terms_ratio(self, spec: TrainingSpec, gpu_model: str, peak_mib: int) -> float | None:
+    def _terms_ratio(
+        self, spec: TrainingSpec, key: str, gpu_model: str, peak_mib: int, environment: str | None
+    ) -> float | None:
         """A run's model terms (its peak less the fixed cost) over the analytical ones,
         where they are known: the analytical terms are at least RATIO_MODEL_MIB, and
         every environment of the GPU model has its offset in force (the run's driver is
         not recorded: the smallest offset is taken, so the ratio is never understated).
-        None elsewhere, and for a peak that does not exceed its fixed cost."""
+        None elsewhere, and for a peak that does not exceed its fixed cost. `key`: the
+        spec's fingerprint."""
         gpu = self.describe(gpu_model)
-        keys = self._environments(gpu, None)
-        analytical = self._models(spec, gpu).terms
+        keys = self._environments(gpu, environment)
+        analytical = self._models(spec, gpu, key).terms
         if analytical.model_mib < RATIO_MODEL_MIB or not all(map(self.offsets.in_force, keys)):
             return None
         fixed = analytical.fixed.total + min(map(self.offsets.offset_mib, keys))

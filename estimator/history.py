@@ -7,7 +7,7 @@ same GPU model as they are, on another with the CUDA context swapped (`estimate.
 Runs of one configuration at other batch sizes place it on a line (`batch_line`): what
 a training step holds is a fixed part (context, weights, gradients, optimizer state)
 plus activations proportional to the batch. The same runs bound its model terms at
-batch sizes beyond those seen (`Estimator`, method `history-batch-ratio`): by how far
+batch sizes beyond those seen (`Estimator`, method `history-ratio`): by how far
 above the analytical terms the runs' own went.
 
 History is only as good as the runs it learns from, and on a shared cluster a user

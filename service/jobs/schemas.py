@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 from pydantic import AliasPath, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from estimator.estimate import Estimate
+from estimator.estimate import FIXED_TERMS, Estimate
 from estimator.spec import TrainingSpec
 from service.config import JOB_PRIORITY_RANGE, TimeLimitS
 from service.scheduler.states import AttemptState, JobState
@@ -151,8 +151,11 @@ class JobRead(JobFields):
     @field_validator("estimates", mode="before")
     @classmethod
     def _by_model(cls, stored: Iterable[Any]) -> list[Estimate]:
-        """The job's estimate rows as the estimator's answers, by GPU model."""
+        """The job's estimate rows as the estimator's answers, by GPU model (a row keeps
+        the breakdown, not its fixed-cost sum: `fixed_mib` is added up from it)."""
         estimates = [Estimate.model_validate(row, from_attributes=True) for row in stored]
+        for estimate in estimates:
+            estimate.fixed_mib = sum(estimate.breakdown_mib.get(t, 0) for t in FIXED_TERMS)
         return sorted(estimates, key=lambda estimate: estimate.gpu_model)
 
 

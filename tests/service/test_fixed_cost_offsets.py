@@ -7,10 +7,22 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import String, select
 
+from estimator.analytical.model import breakdown
+from estimator.estimate import (
+    FIXED_TERMS,
+    HISTORY,
+    HISTORY_BATCH,
+    HISTORY_OTHER_GPU,
+    HISTORY_RATIO,
+    MODEL_HISTORY,
+)
+from estimator.history import HISTORY_MARGIN
+from estimator.spec import TrainingSpec
 from service.db import transaction
 from service.estimates.models import FixedCostOffset
+from service.jobs.models import JobEstimate
 from tests.conftest import submit
 from tests.service.test_lifecycle import GPU0, beat, cycle, exited
 
@@ -113,12 +125,12 @@ def test_jobs_of_large_models_leave_the_offset_at_its_prior(make_client: Any) ->
     assert after["model_version"] == before["model_version"]
 
 
-def test_an_architectures_runs_bound_its_other_configurations_after_a_restart(
+def test_two_batch_sizes_bound_a_third_and_the_bound_survives_a_restart(
     make_client: Any,
 ) -> None:
-    """Once the offset is learned, two ResNet-50 runs bound a third batch size's model
-    terms (estimator/history.py `terms_ratio`); a restarted server learns them again
-    with the stored offset, so the bound stays."""
+    """Once the offset is learned, ResNet-50's runs at two batch sizes bound its model
+    terms at a third (method history-ratio, worked out at estimate time); a
+    restarted server, with the same peaks and stored offsets, gives the same bound."""
     client = make_client()
     node = register(client)
     for batch in (8, 16, 32, 64, 128):  # small runs: the stack's offset
@@ -128,15 +140,31 @@ def test_an_architectures_runs_bound_its_other_configurations_after_a_restart(
         beat(client, node, [exited(job["id"], peak=peak, ran_s=600)])
         cycle(client)
     unseen = {"training": imagenet(512)}
-    before = client.post("/v1/estimate", json=unseen).json()["estimates"][0]
-    for batch in (64, 128):
+    ratios = []
+    for batch in (64, 128):  # each run reaches its estimate's point
         job = submit(client, training=imagenet(batch))
+        (estimate,) = job["estimates"]
+        analytical = breakdown(TrainingSpec.model_validate(imagenet(batch)), None).model_mib
+        fixed = sum(estimate["breakdown_mib"][term] for term in FIXED_TERMS)
+        assert estimate["fixed_mib"] == fixed > STACK_MIB  # as POST /v1/estimate says
+        ratios.append((estimate["peak_mib"] - fixed) / analytical)
         cycle(client)
-        beat(client, node, [exited(job["id"], peak=job["estimates"][0]["peak_mib"], ran_s=600)])
+        beat(client, node, [exited(job["id"], peak=estimate["peak_mib"], ran_s=600)])
         cycle(client)
     bounded = client.post("/v1/estimate", json=unseen).json()["estimates"][0]
-    assert bounded["method"] == "history-batch-ratio"
-    assert bounded["upper_mib"] != before["upper_mib"]
+    assert bounded["method"] == "history-ratio"
+    analytical = breakdown(TrainingSpec.model_validate(imagenet(512)), None).model_mib
+    expected = bounded["fixed_mib"] + analytical * max(ratios) * (1 + HISTORY_MARGIN)
+    assert bounded["upper_mib"] == pytest.approx(expected, abs=15)  # + the offset's margin
     restarted = make_client()  # a new server process on the same database
     again = restarted.post("/v1/estimate", json=unseen).json()["estimates"][0]
-    assert (again["method"], again["upper_mib"]) == ("history-batch-ratio", bounded["upper_mib"])
+    assert (again["method"], again["upper_mib"]) == ("history-ratio", bounded["upper_mib"])
+
+
+def test_every_estimate_method_fits_the_column_a_job_keeps_it_in() -> None:
+    """A job's estimates are stored (PostgreSQL enforces the column's length): every
+    method, raised by its architecture's runs, must fit."""
+    methods = (HISTORY, HISTORY_OTHER_GPU, HISTORY_BATCH, HISTORY_RATIO, "analytical+learned")
+    column = JobEstimate.__table__.c.method.type
+    assert isinstance(column, String) and column.length is not None
+    assert max(len(method + MODEL_HISTORY) for method in methods) <= column.length
