@@ -97,6 +97,14 @@ def test_events_filter_order_and_total(client: TestClient) -> None:
     assert [e["id"] for e in rest] == [e["id"] for e in everything["events"][2:]]
     later = (datetime.now(UTC) + timedelta(seconds=5)).isoformat()
     assert client.get("/v1/admin/events", params={"since": later}).json()["total"] == 0
+    # times at datetime's edges (year 0 or 10000 once in UTC) are answered, not a 500
+    for edge in ("0001-01-01T00:00:00+00:01", "9999-12-31T23:59:00-00:01"):
+        for name in ("since", "until"):
+            for path in ("/v1/admin/events", "/v1/admin/jobs", "/v1/admin/utilization"):
+                response = client.get(path, params={name: edge})
+                assert response.status_code == 200, (path, name, edge, response.text)
+    first_day = client.get("/v1/admin/events", params={"since": "0001-01-01T00:00:00+00:01"})
+    assert first_day.json()["total"] == everything["total"]
 
 
 def test_utilization_per_gpu_model_and_per_user(client: TestClient) -> None:
