@@ -97,8 +97,24 @@ class LocalColloc:
         self.server.wait(timeout=30)
 
     def start_agents(self) -> None:
+        """Every node's agent, returning once each has registered (a job submitted
+        before its GPUs are known is refused as one no node can ever hold)."""
         for node in CLUSTER["nodes"]:
             self.start_agent(str(node["name"]))
+        names = {str(node["name"]) for node in CLUSTER["nodes"]}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                nodes = self.http.get("/v1/admin/cluster").json()["nodes"]
+                if names <= {node["name"] for node in nodes}:
+                    return
+            except (httpx.HTTPError, KeyError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise AssertionError(
+            "agents never registered\n"
+            + "".join(self.log(f"agent-{name}") for name in sorted(names))
+        )
 
     def start_agent(self, name: str, *extra: str, run_jobs_as: str = "agent") -> None:
         """The node's agent; tests' agents stop their jobs when stopped (not when killed).
