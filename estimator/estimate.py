@@ -182,8 +182,8 @@ class _Modelled:
     model_mib: float
     model_upper_mib: float
     method: str
-    fixed_learned: bool = False
-    fixed_margin_mib: float = 0.0
+    fixed_learned: bool
+    fixed_margin_mib: float
 
     @property
     def peak_mib(self) -> float:
@@ -295,8 +295,8 @@ class Estimator:
             if seen is not None:
                 # the configuration's runs bound its model terms, the fixed cost known
                 terms_upper = modelled.terms.model_mib * seen * (1 + HISTORY_MARGIN)
-                upper = modelled.peak_mib - modelled.model_mib + terms_upper
-                upper, method = upper + modelled.fixed_margin_mib, HISTORY_RATIO
+                fixed = modelled.fixed_mib + modelled.offset_mib + modelled.fixed_margin_mib
+                upper, method = fixed + terms_upper, HISTORY_RATIO
             above = self.history.model_ratio(spec)
             if above is not None and peak * above * (1 + HISTORY_MARGIN) > upper:
                 upper, method = peak * above * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
