@@ -194,7 +194,7 @@ def first_deciding(
         if len(found) == count:
             break
         residual = probe.fixed_cost_residual(r.spec(), r.gpu_model, r.measured_mib, environment)
-        if decides(residual.model_mib):
+        if decides(residual.residual_mib, residual.model_mib):
             found.append(r)
     return found
 

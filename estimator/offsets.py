@@ -12,15 +12,21 @@ An environment is whatever key the caller chooses: the service keys by GPU model
 and driver (`environment_key`), training by measurement source, a benchmark by
 campaign. The statistic is robust so that one odd run cannot move it:
 
-- only runs whose model-dependent terms are at most `DECIDING_MODEL_MIB`, about a
-  process's default fixed cost, *decide* an offset. The physics: a run's residual is
-  the offset plus the model terms' own error, `residual = offset + e * model_mib`, and
-  the analytical terms miss by a relative error e of 10-50% that differs from one
-  architecture to the next (bench/RESULTS.md). Only where the model terms are no larger
-  than the fixed cost does the fixed cost dominate what is measured, so that the
-  residual is mostly offset (e * model_mib <= ~250 MiB); a large model's residual is
-  mostly its own model error, whatever its rank among the runs seen (the first runs of
-  a campaign of large models would otherwise set the offset to their model error);
+- only runs whose model-dependent terms are no larger than their fixed cost *decide*
+  an offset. The physics: a run's residual is the offset plus the model terms' own
+  error, `residual = offset + e * model_mib`, and the analytical terms miss by a
+  relative error e of 10-50% that differs from one architecture to the next
+  (bench/RESULTS.md). Only where the model terms are no larger than the fixed cost does
+  the fixed cost dominate what is measured, so that the residual is mostly offset; a
+  large model's residual is mostly its own model error, whatever its rank among the
+  runs seen (the first runs of a campaign of large models would otherwise set the
+  offset to their model error). A run decides if its model terms are at most
+  `DECIDING_MODEL_MIB`, about a process's default fixed cost (e * model_mib <= ~250
+  MiB), or at most its own residual: there the stack's cost above the defaults alone
+  outweighs the model terms (an eager-loading stack, ~1-1.6 GiB above them), and
+  e * model_mib <= e * residual, a fraction of the offset being learned. A run whose
+  model terms are underestimated decides more easily, but then only raises the offset
+  (never an under-reservation);
 - nothing is learned below `MIN_OBSERVATIONS` deciding runs: until then the prior
   stays (offset 0, the current-stack defaults of `analytical/context.py`, and bounds
   keep the allowance for a stack not learned yet);
@@ -258,14 +264,15 @@ class FixedCostOffsets:
         self._keep(key, [Residual(float(r), float(m), str(voter)) for r, m, voter in data])
 
 
-def decides(model_mib: float) -> bool:
-    """Whether a run whose model-dependent terms are `model_mib` may decide an offset
-    (at most DECIDING_MODEL_MIB: the fixed cost dominates what it measured)."""
-    return model_mib <= DECIDING_MODEL_MIB
+def decides(residual_mib: float, model_mib: float) -> bool:
+    """Whether a run of `model_mib` model-dependent terms that lay `residual_mib` above
+    its offset-free estimate may decide an offset: the fixed cost dominates what it
+    measured (module docstring)."""
+    return model_mib <= max(DECIDING_MODEL_MIB, residual_mib)
 
 
 def _decides(run: Residual) -> bool:
-    return decides(run.model_mib)
+    return decides(run.residual_mib, run.model_mib)
 
 
 def _windowed(runs: list[Residual]) -> list[Residual]:

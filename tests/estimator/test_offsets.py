@@ -134,6 +134,24 @@ def test_a_campaign_of_large_models_leaves_the_prior() -> None:
     assert offsets.offset_mib("a") == stack_mib - 0.2 * 150.0  # the deciding runs' median
 
 
+def test_a_stack_that_outweighs_the_model_terms_decides_it() -> None:
+    """An eager-loading stack ~1.5 GiB above the defaults, seen first through runs of
+    0.6-1.3 GiB model terms that the analytical model misses by up to 10%: each
+    residual is larger than its run's model terms, so those runs decide the offset,
+    within 10% of their terms of the stack. A run whose residual is below its model
+    terms does not decide."""
+    offsets = FixedCostOffsets()
+    stack_mib = 1_500.0
+    offsets.observe("a", 2_400.0, 2_500.0)  # model terms above its residual
+    for model_mib, error in ((700.0, 0.1), (1_300.0, -0.1), (650.0, 0.05), (1_250.0, 0.0)):
+        offsets.observe("a", stack_mib + error * model_mib, model_mib)
+    assert not offsets.in_force("a")
+    offsets.observe("a", stack_mib - 0.05 * 340.0, 340.0)
+    assert offsets.in_force("a")
+    assert abs(offsets.offset_mib("a") - stack_mib) <= 0.1 * 1_300.0
+    assert not decides(2_400.0, 2_500.0) and decides(2_400.0, 2_400.0)
+
+
 def test_corroboration_counts_deciding_runs_only() -> None:
     """A second owner's large-model runs cannot corroborate one owner's small ones."""
     offsets = FixedCostOffsets()
@@ -152,8 +170,9 @@ def test_runs_kept_as_they_come_match_windowing_every_run_again() -> None:
     seen: dict[str, list[list[float | str]]] = {}
     for step in range(8 * WINDOW):
         key = rng.choice(["a", "b"])
-        # deciding and large runs in long and short streaks, from three voters
-        model = rng.choice([10.0, DECIDING_MODEL_MIB, DECIDING_MODEL_MIB + 1, 5_000.0])
+        # deciding and large runs in long and short streaks, from three voters (a run
+        # just above DECIDING_MODEL_MIB decides when its residual is larger)
+        model = rng.choice([10.0, DECIDING_MODEL_MIB, DECIDING_MODEL_MIB + 1, 5_000.0, 5_000.0])
         if step % 300 < 100:
             model = 10.0
         run: list[float | str] = [
@@ -169,7 +188,7 @@ def test_runs_kept_as_they_come_match_windowing_every_run_again() -> None:
         seen[key] = plain.to_json(key)
         assert offsets.to_json(key) == seen[key]
         assert list(offsets._small_model_runs(key)) == [
-            r for r in plain.residuals[key] if decides(r.model_mib)
+            r for r in plain.residuals[key] if decides(r.residual_mib, r.model_mib)
         ]
         assert offsets.in_force(key) == plain.in_force(key)
         assert offsets.offset_mib(key) == plain.offset_mib(key)
