@@ -135,12 +135,12 @@ def test_the_banner_names_paths_that_exist_and_the_terminal_stays_quiet(up: Up) 
 
 def test_submit_jobs_show_nodes_and_logs(up: Up) -> None:
     job_id = int(up.ok("submit", str(up.root / "data" / "example-job.yaml"), "-o", "name"))
+    up.wait(job_id, {"running", *FINAL})  # RESERVED reads "-" until the job is placed
     listing = up.ok("jobs")
     header = listing.splitlines()[0].split()
     assert header == ["ID", "NAME", "OWNER", "STATE", "GPUS", "RESERVED", "AGE", "REASON"]
     row = next(line for line in listing.splitlines() if line.startswith(f"{job_id} "))
     assert "simulated-bert" in row and "admin" in row and "6.8 GiB" in row
-    up.wait(job_id, {"running", *FINAL})
     shown = up.ok("show", str(job_id))
     assert "command: colloc simjob --peak-mib 6144 --seconds 30 --ramp-seconds 5" in shown
     assert "memory: 6.8 GiB" in shown and "MiB" not in shown
