@@ -22,6 +22,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -47,11 +48,62 @@ class TraceError(ValueError):
     """The factory could not be loaded, called or run; the message says which."""
 
 
+class _FusedAttention(torch.autograd.Function):  # type: ignore[misc, unused-ignore]
+    """Scaled dot-product attention keeping for backward what CUDA's fused kernels keep
+    (FlashAttention-2 and memory-efficient attention, which PyTorch picks on a GPU):
+    query, key, value, an additive mask if one is given, the output and one float32
+    log-sum-exp per query row. On the meta device PyTorch falls back to the math
+    kernel, which keeps the s x s attention weights: counted, they would charge an
+    attention model at 896 px (50k tokens) many times the memory it uses."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        mask: torch.Tensor | None,
+        options: dict[str, Any],
+    ) -> torch.Tensor:
+        output = _SDPA(query, key, value, attn_mask=mask, **options)
+        rows = torch.empty(query.shape[:-1], dtype=torch.float32, device=query.device)
+        ctx.masked = mask is not None
+        ctx.save_for_backward(query, key, value, output, rows, *([mask] if ctx.masked else []))
+        return output
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """Gradients of the inputs' shapes (on the meta device there are no values)."""
+        query, key, value, *rest = ctx.saved_tensors
+        mask = rest[-1] if ctx.masked else None
+        mask_grad = torch.empty_like(mask) if mask is not None and mask.requires_grad else None
+        return (*(torch.empty_like(t) for t in (query, key, value)), mask_grad, None)
+
+
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+def _fused_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    **options: Any,
+) -> torch.Tensor:
+    """`scaled_dot_product_attention`'s signature, through `_FusedAttention`."""
+    options |= {"dropout_p": dropout_p, "is_causal": is_causal}
+    fused: torch.Tensor = _FusedAttention.apply(query, key, value, attn_mask, options)
+    return fused
+
+
 def saved_activation_elements(
     model: torch.nn.Module, *args: Any, **kwargs: Any
 ) -> tuple[int, int, Any]:
-    """Elements autograd keeps for backward in one forward pass (parameters excluded),
-    the largest single saved storage among them, and the forward's output."""
+    """Elements autograd keeps for backward in one forward pass (parameters excluded;
+    attention counted as the fused kernels keep it, `_FusedAttention`), the largest
+    single saved storage among them, and the forward's output."""
     params = {p.untyped_storage()._cdata for p in model.parameters()}
     saved: dict[int, int] = {}
 
@@ -61,7 +113,11 @@ def saved_activation_elements(
             saved[storage._cdata] = storage.nbytes() // max(tensor.element_size(), 1)
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+    # the module's attribute: what models and `F.multi_head_attention_forward` call
+    with (
+        torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor),
+        mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _fused_sdpa),
+    ):
         output = model(*args, **kwargs)
     return sum(saved.values()), max(saved.values(), default=0), output
 

@@ -75,7 +75,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "optimizer": "sets the optimizer state per parameter",
         "activation_checkpointing": "which activations are recomputed in backward",
         "checkpoint_every": "with `selective`: checkpoint every N-th block",
-        "flash_attention": "attention without the sequence-squared score tensors",
+        "flash_attention": (
+            "attention without the sequence-squared score tensors (transformer forms; "
+            "catalogued vision models count attention as the fused kernels keep it)"
+        ),
         "master_weights": "fp16/bf16/fp8: keep fp32 master weights in the optimizer",
         "parallelism": "how the job is split (see `training.parallelism`)",
     },

@@ -40,6 +40,24 @@ def towers():
     return TwoTowers(), {"tokens": tokens, "scale": torch.ones(4, 1, 1)}
 
 
+class Attend(torch.nn.Module):
+    # one attention over 256 tokens of 8 channels, with a learned additive bias
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+        self.bias = torch.nn.Parameter(torch.zeros(1, 1, 256, 256))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).unsqueeze(1).chunk(3, dim=-1)
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)
+        return out.relu()
+
+
+def attend():
+    return Attend(), torch.empty(2, 256, 8)
+
+
 def broken():
     return torch.nn.Linear(8, 8), torch.empty(2, 9)
 
@@ -99,6 +117,22 @@ def test_the_cli_writes_a_summary_that_estimates(project: Path) -> None:
     printed = colloc(project, "--trace", "torchvision.models:resnet18", "--input-shape", "3,64,64")
     assert printed.returncode == 0, printed.stderr
     assert yaml.safe_load(printed.stdout)["model"]["summary"]["params"] == 11_689_512
+
+
+def test_attention_is_counted_as_the_fused_kernels_keep_it(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per sample: the input (256x8, the Linear's), the qkv output whose views are the
+    query, key and value (256x24), the attention output (256x8, also the ReLU's input),
+    one log-sum-exp per row (256) and the ReLU's output (256x8); not the 256x256
+    weights the meta device's math kernel keeps. The bias is a parameter: not counted,
+    but its gradient flows (backward runs)."""
+    need("torchvision")
+    from estimator.trace import trace
+
+    monkeypatch.chdir(project)
+    summary = trace("mymodels:attend")
+    assert summary.activations_per_sample == 256 * (8 + 24 + 8 + 1 + 8)
 
 
 @pytest.mark.parametrize(
