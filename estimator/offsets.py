@@ -23,10 +23,14 @@ campaign. The statistic is robust so that one odd run cannot move it:
   offset to their model error). A run decides if its model terms are at most
   `DECIDING_MODEL_MIB`, about a process's default fixed cost (e * model_mib <= ~250
   MiB), or at most its own residual: there the stack's cost above the defaults alone
-  outweighs the model terms (an eager-loading stack, ~1-1.6 GiB above them), and
-  e * model_mib <= e * residual, a fraction of the offset being learned. A run whose
-  model terms are underestimated decides more easily, but then only raises the offset
-  (never an under-reservation);
+  outweighs the model terms (an eager-loading stack, ~1-1.6 GiB above them; Lucid's
+  RTX 3090 campaign learns its offset only so, bench/RESULTS.md), and the model error
+  it carries is at most e / (1 - e) of the offset (11% at e = 10%, 43% at 30%). A
+  run whose model terms are underestimated decides more easily: on a stack at the
+  defaults, runs whose model terms measured twice their estimate or more (e >= 1)
+  decide, and if they were most of the deciding runs the offset would be their model
+  error. That errs only upwards (reservations too large, never an OOM), and a median
+  of the deciding runs needs most of them to err so;
 - nothing is learned below `MIN_OBSERVATIONS` deciding runs: until then the prior
   stays (offset 0, the current-stack defaults of `analytical/context.py`, and bounds
   keep the allowance for a stack not learned yet);
