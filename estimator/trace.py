@@ -5,9 +5,9 @@ The factory is called with PyTorch's default device set to `meta`, so the model 
 any example input it returns) has shapes but no storage: nothing is allocated, no
 weights are read, no GPU is needed. One training step's forward runs under autograd's
 saved-tensor hooks, which see every tensor kept for backward (each storage counted once,
-parameters excluded); the backward pass then runs too, so a model that cannot train
-fails here rather than on the cluster. Needs torch (the `trace` extra); the server
-only ever receives the numbers.
+parameters excluded; attention as a GPU's fused kernels keep it, `fused_attention`);
+the backward pass then runs too, so a model that cannot train fails here rather than on
+the cluster. Needs torch (the `trace` extra); the server only ever receives the numbers.
 
 The factory returns the model, or `(model, example_batch)` where the batch is a tensor,
 a tuple of tensors or a dict of keyword tensors whose first dimension is the batch;
@@ -16,6 +16,7 @@ with a bare model, `input_shape` gives one sample's shape (e.g. 3,224,224).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -48,6 +49,9 @@ class TraceError(ValueError):
     """The factory could not be loaded, called or run; the message says which."""
 
 
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
 class _FusedAttention(torch.autograd.Function):  # type: ignore[misc, unused-ignore]
     """Scaled dot-product attention keeping for backward what CUDA's fused kernels keep
     (FlashAttention-2 and memory-efficient attention, which PyTorch picks on a GPU):
@@ -75,12 +79,8 @@ class _FusedAttention(torch.autograd.Function):  # type: ignore[misc, unused-ign
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         """Gradients of the inputs' shapes (on the meta device there are no values)."""
         query, key, value, *rest = ctx.saved_tensors
-        mask = rest[-1] if ctx.masked else None
-        mask_grad = torch.empty_like(mask) if mask is not None and mask.requires_grad else None
+        mask_grad = torch.empty_like(rest[-1]) if ctx.needs_input_grad[3] else None
         return (*(torch.empty_like(t) for t in (query, key, value)), mask_grad, None)
-
-
-_SDPA = torch.nn.functional.scaled_dot_product_attention
 
 
 def _fused_sdpa(
@@ -92,10 +92,24 @@ def _fused_sdpa(
     is_causal: bool = False,
     **options: Any,
 ) -> torch.Tensor:
-    """`scaled_dot_product_attention`'s signature, through `_FusedAttention`."""
+    """`scaled_dot_product_attention`'s signature, through `_FusedAttention` where a GPU
+    would run a fused kernel: both take only 4-d (batch, heads, sequence, features)
+    inputs, and grouped-query attention with a mask only the math kernel runs (PyTorch's
+    `sdp_utils.cpp` checks); windowed attention that keeps its windows as a fifth
+    dimension (timm's Nest and Hiera) runs the math kernel on a GPU too."""
     options |= {"dropout_p": dropout_p, "is_causal": is_causal}
+    if query.dim() != 4 or (attn_mask is not None and options.get("enable_gqa", False)):
+        return _SDPA(query, key, value, attn_mask=attn_mask, **options)
     fused: torch.Tensor = _FusedAttention.apply(query, key, value, attn_mask, options)
     return fused
+
+
+def fused_attention() -> contextlib.AbstractContextManager[Any]:
+    """Within it, `scaled_dot_product_attention` keeps what the fused kernels keep. The
+    module's attribute is patched: what models and `F.multi_head_attention_forward` call.
+    The backward pass needs it too: activation checkpointing recomputes the forward there,
+    and its saved tensors must match the first pass's."""
+    return mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _fused_sdpa)
 
 
 def saved_activation_elements(
@@ -113,11 +127,7 @@ def saved_activation_elements(
             saved[storage._cdata] = storage.nbytes() // max(tensor.element_size(), 1)
         return tensor
 
-    # the module's attribute: what models and `F.multi_head_attention_forward` call
-    with (
-        torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor),
-        mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _fused_sdpa),
-    ):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), fused_attention():
         output = model(*args, **kwargs)
     return sum(saved.values()), max(saved.values(), default=0), output
 
@@ -211,7 +221,8 @@ def trace(target: str, input_shape: tuple[int, ...] | None = None) -> LayerSumma
         total, largest, output = saved_activation_elements(model, *args, **kwargs)
         loss = _loss(output)
         if loss is not None:
-            torch.autograd.backward(loss)  # the step's backward: fails if it cannot train
+            with fused_attention():
+                torch.autograd.backward(loss)  # the step's backward: fails if it cannot train
     except TraceError:
         raise
     except Exception as exc:

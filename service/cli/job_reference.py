@@ -77,7 +77,7 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "checkpoint_every": "with `selective`: checkpoint every N-th block",
         "flash_attention": (
             "attention without the sequence-squared score tensors (transformer forms; "
-            "catalogued vision models count attention as the fused kernels keep it)"
+            "catalogued and traced models count attention as a GPU runs it)"
         ),
         "master_weights": "fp16/bf16/fp8: keep fp32 master weights in the optimizer",
         "parallelism": "how the job is split (see `training.parallelism`)",

@@ -41,21 +41,40 @@ def towers():
 
 
 class Attend(torch.nn.Module):
-    # one attention over 256 tokens of 8 channels, with a learned additive bias
+    # attention over 256 tokens: 2 heads of 4 channels, a padding mask made from the input
+    # (not a parameter: kept for backward), or the windows as a fifth dimension
 
-    def __init__(self):
+    def __init__(self, windows=0, checkpointed=False):
         super().__init__()
         self.qkv = torch.nn.Linear(8, 24)
-        self.bias = torch.nn.Parameter(torch.zeros(1, 1, 256, 256))
+        self.windows = windows
+        self.checkpointed = checkpointed
+
+    def attend(self, x):
+        if self.windows:
+            shape = (x.shape[0], 2, self.windows, 256 // self.windows, 3, 4)
+            q, k, v = self.qkv(x).view(shape).unbind(-2)
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v).relu()
+        q, k, v = self.qkv(x).view(x.shape[0], 256, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        mask = (x[..., :1] > 0).transpose(1, 2).unsqueeze(1)
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).relu()
 
     def forward(self, x):
-        q, k, v = self.qkv(x).unsqueeze(1).chunk(3, dim=-1)
-        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)
-        return out.relu()
+        if self.checkpointed:
+            return torch.utils.checkpoint.checkpoint(self.attend, x, use_reentrant=False)
+        return self.attend(x)
 
 
 def attend():
     return Attend(), torch.empty(2, 256, 8)
+
+
+def windowed():
+    return Attend(windows=4), torch.empty(2, 256, 8)
+
+
+def checkpointed():
+    return Attend(checkpointed=True), torch.empty(2, 256, 8)
 
 
 def broken():
@@ -123,16 +142,19 @@ def test_attention_is_counted_as_the_fused_kernels_keep_it(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Per sample: the input (256x8, the Linear's), the qkv output whose views are the
-    query, key and value (256x24), the attention output (256x8, also the ReLU's input),
-    one log-sum-exp per row (256) and the ReLU's output (256x8); not the 256x256
-    weights the meta device's math kernel keeps. The bias is a parameter: not counted,
-    but its gradient flows (backward runs)."""
+    query, key and value (256x24), the padding mask (256), the attention output (256x8,
+    also the ReLU's input), one log-sum-exp per head and row (2x256) and the ReLU's output
+    (256x8); not the 2x256x256 weights the meta device's math kernel keeps. Windows as a
+    fifth dimension run the math kernel on a GPU (4 windows of 64x64 weights per head are
+    kept); under activation checkpointing the recomputed forward matches the first."""
     need("torchvision")
     from estimator.trace import trace
 
     monkeypatch.chdir(project)
-    summary = trace("mymodels:attend")
-    assert summary.activations_per_sample == 256 * (8 + 24 + 8 + 1 + 8)
+    fused = 256 * (8 + 24 + 1 + 8 + 2 + 8)
+    assert trace("mymodels:attend").activations_per_sample == fused
+    assert trace("mymodels:windowed").activations_per_sample > 2 * 4 * 64 * 64
+    assert trace("mymodels:checkpointed").activations_per_sample < fused
 
 
 @pytest.mark.parametrize(
