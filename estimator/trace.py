@@ -55,7 +55,7 @@ _SDPA = torch.nn.functional.scaled_dot_product_attention
 class _FusedAttention(torch.autograd.Function):  # type: ignore[misc, unused-ignore]
     """Scaled dot-product attention keeping for backward what CUDA's fused kernels keep
     (FlashAttention-2 and memory-efficient attention, which PyTorch picks on a GPU):
-    query, key, value, an additive mask if one is given, the output and one float32
+    query, key, value, the mask if one is given, the output and one float32
     log-sum-exp per query row. On the meta device PyTorch falls back to the math
     kernel, which keeps the s x s attention weights: counted, they would charge an
     attention model at 896 px (50k tokens) many times the memory it uses."""

@@ -138,8 +138,8 @@ def test_a_stack_that_outweighs_the_model_terms_decides_it() -> None:
     """An eager-loading stack ~1.5 GiB above the defaults, seen first through runs of
     0.6-1.3 GiB model terms that the analytical model misses by up to 10%: each
     residual is larger than its run's model terms, so those runs decide the offset,
-    within 10% of their terms of the stack. A run whose residual is below its model
-    terms does not decide."""
+    their median (the run the model misses by 0%) exactly the stack. A run whose
+    residual is below its model terms does not decide."""
     offsets = FixedCostOffsets()
     stack_mib = 1_500.0
     offsets.observe("a", 2_400.0, 2_500.0)  # model terms above its residual
