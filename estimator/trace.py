@@ -71,8 +71,7 @@ class _FusedAttention(torch.autograd.Function):  # type: ignore[misc, unused-ign
     ) -> torch.Tensor:
         output = _SDPA(query, key, value, attn_mask=mask, **options)
         rows = torch.empty(query.shape[:-1], dtype=torch.float32, device=query.device)
-        ctx.masked = mask is not None
-        ctx.save_for_backward(query, key, value, output, rows, *([mask] if ctx.masked else []))
+        ctx.save_for_backward(query, key, value, output, rows, *([] if mask is None else [mask]))
         return output
 
     @staticmethod
