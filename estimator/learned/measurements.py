@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
+from itertools import combinations
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,9 @@ FALL_TOLERANCE = 0.10
 # flagged: nothing tells which one is wrong.
 SAME_PEAK_BATCH_RATIO = 4
 ALLOCATOR_SEGMENT_MIB = 20.0
+# Sets of runs are enumerated per configuration (2^n): the shared sheets have at most
+# 5 batch sizes per configuration; a larger series is left unjudged rather than slow.
+MAX_RUNS_JUDGED = 12
 
 
 @dataclass(frozen=True)
@@ -152,32 +156,55 @@ def _mlp_rows(path: Path, source: str) -> list[Measurement]:
     return rows
 
 
+def _could_exceed_card(batch: int, reached: Sequence[tuple[int, int]]) -> bool:
+    """Whether a run at `batch` could have needed more than the 40 GB card, given the
+    (batch, peak) of smaller runs that showed their peak: a peak grows at most linearly
+    with the batch (the rule below), so the smallest of those linear bounds caps it."""
+    return (
+        min(
+            ((1 + FALL_TOLERANCE) * peak * batch / smaller for smaller, peak in reached),
+            default=float("inf"),
+        )
+        >= CENSORED_MIB
+    )
+
+
 def _timm_rows(path: Path) -> list[Measurement]:
-    """timm runs; a run that needed less than a smaller batch of the same model did
-    crashed before its peak was sampled (an OOM), and so did every larger batch."""
+    """timm runs. A run at the card's limit needed at least the card, and so did every
+    larger batch: their readings are floors (censored). A run that needed less than a
+    smaller batch did crashed before its peak was sampled (an OOM), and so did every
+    larger batch, where its peak could have exceeded the card at all; where it could
+    not, the reading is wrong in some other way, and the implausible-measurement rule
+    judges it."""
     by_model: dict[str, list[dict[str, str]]] = {}
     for row in csv.DictReader(path.open(encoding="utf-8")):
         by_model.setdefault(row["Filename"].rsplit("_", 1)[0], []).append(row)
     rows = []
     for name, runs in by_model.items():
         highest, crashed = 0, False
+        reached: list[tuple[int, int]] = []
         for row in sorted(runs, key=lambda r: int(r["Batch Size"])):
-            measured = int(float(row["Max GPU Memory (MiB)"]))
-            crashed = crashed or measured < (1 - FALL_TOLERANCE) * highest
+            batch, measured = int(row["Batch Size"]), int(float(row["Max GPU Memory (MiB)"]))
+            fell = measured < (1 - FALL_TOLERANCE) * highest
+            crashed = (
+                crashed or measured >= CENSORED_MIB or (fell and _could_exceed_card(batch, reached))
+            )
             highest = max(highest, measured)
+            if not crashed:
+                reached.append((batch, measured))
             rows.append(
                 Measurement(
                     "timm",
                     f"timm:{_group(name)}",
                     json.dumps({"catalog": f"timm:{name}"}),
-                    int(row["Batch Size"]),
+                    batch,
                     None,
                     None,
                     "fp32",
                     "adam",
                     A100,
                     measured,
-                    crashed or measured >= CENSORED_MIB,
+                    crashed,
                     faketensor_mib=float(row["Last Numeric Value"]),
                 )
             )
@@ -322,6 +349,36 @@ FALLS, GROWS, SAME_PEAK = (
 )
 
 
+def _breaks(small: Run, large: Run) -> str:
+    """The rule a pair of runs breaks (`small` at the smaller or equal batch), or ""."""
+    if large.peak_mib < (1 - FALL_TOLERANCE) * small.peak_mib:
+        return FALLS
+    if large.peak_mib > (1 + FALL_TOLERANCE) * small.peak_mib * large.batch_size / small.batch_size:
+        return GROWS
+    return ""
+
+
+def _pair_rule(a: Run, b: Run) -> str:
+    return _breaks(a, b) if a.batch_size <= b.batch_size else _breaks(b, a)
+
+
+def _kept(runs: Sequence[Run], candidates: list[int]) -> set[int]:
+    """The runs in every largest set of `candidates` that breaks no pair rule. A
+    configuration has a handful of batch sizes (5 in the timm sheet), so the sets are
+    enumerated; past MAX_RUNS_JUDGED runs the rule keeps them all unjudged."""
+    if len(candidates) > MAX_RUNS_JUDGED:
+        return set(candidates)
+    for size in range(len(candidates), 0, -1):
+        largest = [
+            set(subset)
+            for subset in combinations(candidates, size)
+            if not any(_pair_rule(runs[i], runs[j]) for i, j in combinations(subset, 2))
+        ]
+        if largest:
+            return set.intersection(*largest)
+    return set()
+
+
 def implausible_runs(runs: Sequence[Run], activations_mib: Sequence[float] | None) -> list[str]:
     """The implausible-measurement rule for the runs of one configuration (same model,
     input, precision, optimizer, parallelism and GPU; only the batch differs): per run,
@@ -329,29 +386,34 @@ def implausible_runs(runs: Sequence[Run], activations_mib: Sequence[float] | Non
     batch-dependent term at its batch, if known (without it the same-peak rule cannot
     judge).
 
-    - FALLS: the peak is more than FALL_TOLERANCE below a smaller batch's peak;
-    - GROWS: the peak is more than FALL_TOLERANCE above a smaller batch's peak scaled
-      by the ratio of their batches;
-    - SAME_PEAK: the peak equals that of a batch SAME_PEAK_BATCH_RATIO or more times
-      smaller or larger, where the batches differ by more than an allocator segment of
-      activations. Runs censored at the card's limit are floors, and flagged runs
-      readings that are not the run's peak: neither judges another run.
+    A pair of runs breaks a rule where
+    - FALLS: the larger batch's peak is more than FALL_TOLERANCE below the smaller's;
+    - GROWS: the larger batch's peak is more than FALL_TOLERANCE above the smaller's
+      scaled by the ratio of their batches.
+    Such a pair holds one wrong reading; which one, the other runs tell: the runs kept
+    are those in every largest set of the configuration's runs that breaks no rule (an
+    inflated batch-8 reading above four batches that grow linearly is the one left out,
+    not the four), and each run left out is flagged with a rule it breaks with the rest.
+    Where the largest sets differ, a run outside any of them is flagged: nothing tells
+    whether it or its partner is wrong. Censored runs (at the card's limit, or crashed)
+    are floors: they join no set and judge no run, and only FALLS below a kept smaller
+    batch flags one (a crash's reading).
+
+    SAME_PEAK: the peak equals that of a batch SAME_PEAK_BATCH_RATIO or more times
+    smaller or larger, where the batches differ by more than an allocator segment of
+    activations; both runs are flagged.
     """
+    reached = [i for i, run in enumerate(runs) if not run.censored]
+    kept = _kept(runs, reached)
     flags = [""] * len(runs)
+    for i, run in enumerate(runs):
+        if run.censored:
+            below = [_breaks(runs[j], run) for j in kept if runs[j].batch_size < run.batch_size]
+            flags[i] = FALLS if FALLS in below else ""
+        elif i not in kept:
+            partners = sorted(reached, key=lambda j: j not in kept)
+            flags[i] = next(rule for j in partners if (rule := _pair_rule(runs[j], run)))
     order = sorted(range(len(runs)), key=lambda i: runs[i].batch_size)
-    judges: list[Run] = []  # smaller batches' runs, uncensored and unflagged
-    for i in order:
-        run = runs[i]
-        smaller = [j for j in judges if j.batch_size < run.batch_size]
-        if any(run.peak_mib < (1 - FALL_TOLERANCE) * j.peak_mib for j in smaller):
-            flags[i] = FALLS
-        elif not run.censored and any(
-            run.peak_mib > (1 + FALL_TOLERANCE) * j.peak_mib * run.batch_size / j.batch_size
-            for j in smaller
-        ):
-            flags[i] = GROWS
-        if not (run.censored or flags[i]):
-            judges.append(run)
     if activations_mib is None:
         return flags
     for n, i in enumerate(order):
@@ -390,10 +452,7 @@ def flag_implausible(rows: list[Measurement]) -> list[Measurement]:
     for members in configs.values():
         if len(members) < 2:
             continue
-        runs = [
-            Run(rows[i].batch_size, rows[i].measured_mib, rows[i].measured_mib >= CENSORED_MIB)
-            for i in members
-        ]
+        runs = [Run(rows[i].batch_size, rows[i].measured_mib, rows[i].censored) for i in members]
         activations = _activations_mib([rows[i] for i in members])
         for i, rule in zip(members, implausible_runs(runs, activations), strict=True):
             flagged[i] = replace(rows[i], implausible=rule)

@@ -52,26 +52,43 @@ def test_coverage_is_reported_per_group() -> None:
 
 
 def test_a_peak_that_falls_as_the_batch_grows_is_flagged() -> None:
-    # resnetaa34d in the shared timm sheet: 2.5 / 21.7 / 22.9 / 6.3 / 16.7 GB
     runs = [Run(8, 5000), Run(16, 7000), Run(32, 4000), Run(64, 9000)]
-    # the run that fell did not show its peak: it judges no later run (9 GB is more
-    # than 1.1x twice its 4 GB, but within the bounds the batch-8 and -16 runs set)
+    # the other three grow as physics allows: the run that fell is the one left out
+    # (9 GB is more than 1.1x twice its 4 GB, but within the others' bounds)
     assert implausible_runs(runs, None) == ["", "", FALLS, ""]
     # a dip inside the tolerance (cuDNN workspaces, a missed transient) is no flag
     assert implausible_runs([Run(8, 10000), Run(16, 9100)], None) == ["", ""]
-    assert implausible_runs([Run(8, 10000), Run(16, 8900)], None) == ["", FALLS]
+    # two runs only: nothing tells which of them is wrong
+    assert implausible_runs([Run(8, 10000), Run(16, 8900)], None) == [FALLS, FALLS]
     # a run at the card's limit is a floor: it judges no later run
     assert implausible_runs([Run(8, 40000, censored=True), Run(16, 20000)], None) == ["", ""]
 
 
+def test_an_inflated_small_batch_is_the_run_left_out() -> None:
+    # resnet26t in the shared timm sheet: 7.1 GB at batch 8, then 3.7 / 5.4 / 8.9 / 16.0
+    # GB at 16-128, growing by 110 MiB a sample: the batch-8 reading is the wrong one
+    runs = [Run(8, 7091), Run(16, 3677), Run(32, 5447), Run(64, 8919), Run(128, 15991)]
+    assert implausible_runs(runs, None) == [FALLS, "", "", "", ""]
+
+
+def test_a_crashed_run_below_a_kept_smaller_batch_is_flagged() -> None:
+    # a floor (at the card's limit, or crashed) judges no run, and joins no set
+    runs = [Run(8, 15549), Run(16, 16000), Run(32, 6487, censored=True)]
+    assert implausible_runs(runs, None) == ["", "", FALLS]
+    runs = [Run(8, 15549), Run(16, 16000), Run(32, 40321, censored=True)]
+    assert implausible_runs(runs, None) == ["", "", ""]
+
+
 def test_a_peak_that_grows_faster_than_the_batch_is_flagged() -> None:
-    # resnetaa34d in the shared timm sheet: 2.5 / 21.7 / 22.9 / 6.3 / 16.7 GB; the
-    # flagged runs judge no other (6.3 GB at batch 64 is 2.5x the batch-8 peak)
+    # resnetaa34d in the shared timm sheet: 2.5 / 21.7 / 22.9 / 6.3 / 16.7 GB; no three
+    # of them are consistent, and several pairs are: every run is flagged
     runs = [Run(8, 2500), Run(16, 21700), Run(32, 22900), Run(64, 6300), Run(128, 16700)]
-    assert implausible_runs(runs, None) == ["", GROWS, GROWS, "", GROWS]
+    assert implausible_runs(runs, None) == [GROWS, GROWS, GROWS, FALLS, FALLS]
     # twice the batch, a little over twice the peak (within the tolerance): no flag
     assert implausible_runs([Run(8, 5000), Run(16, 10900)], None) == ["", ""]
-    assert implausible_runs([Run(8, 5000), Run(16, 11100)], None) == ["", GROWS]
+    assert implausible_runs([Run(8, 5000), Run(16, 11100)], None) == [GROWS, GROWS]
+    runs = [Run(8, 5000), Run(16, 11100), Run(32, 9000)]
+    assert implausible_runs(runs, None) == ["", GROWS, ""]
     # a run at the card's limit is a floor, never too high
     assert implausible_runs([Run(8, 5000), Run(16, 40000, censored=True)], None) == ["", ""]
 
@@ -100,7 +117,14 @@ def test_the_committed_table_carries_the_rule_and_training_leaves_flagged_rows_o
     resnetaa = {
         r.batch_size: r.implausible for r in rows if r.model == '{"catalog": "timm:resnetaa34d"}'
     }
-    assert resnetaa[16] == resnetaa[32] == resnetaa[128] == GROWS
+    assert resnetaa[16] == resnetaa[32] == GROWS and resnetaa[128] == FALLS
+    # resnet26t's fall at batch 16 is no crash: 1.1x twice its 7.1 GB at batch 8 is far
+    # from the card; the batch-8 reading is flagged, the four that grow are truth
+    resnet26t = [r for r in rows if r.model == '{"catalog": "timm:resnet26t"}']
+    assert [(r.batch_size, r.censored, r.implausible) for r in resnet26t] == [
+        (8, False, FALLS),
+        *((batch, False, "") for batch in (16, 32, 64, 128)),
+    ]
     flagged = [r for r in rows if r.implausible and not r.censored][:50]
     assert flagged and prepare(flagged).rows == []
 
