@@ -188,6 +188,7 @@ def create(
         floor_mib=0,
         proven_mib=proven_peaks(estimates),
         room_mib=room_by_model(((m, t) for _n, m, t in cluster), settings.memory_headroom_mib),
+        peak_mib={model: e.peak_mib for model, e in estimates.items()},
     )
     _check_can_ever_fit(
         job_in, models, cluster, lambda m: view.demand_for(m) or 0, settings.memory_headroom_mib

@@ -90,6 +90,7 @@ def pending_job(
     not_before: datetime | None = None,
     proven_mib: Mapping[str, int] | None = None,
     room_mib: Mapping[str, int] | None = None,
+    peak_mib: Mapping[str, int] | None = None,
 ) -> PendingJob:
     """A waiting job's demand: the user's claim, else the estimator's calibrated bound
     per GPU model, else a whole GPU; never below the floor an OOM set.
@@ -98,7 +99,12 @@ def pending_job(
     `room_mib` the most one GPU of each model can give a job. A proven peak that fits
     the room while its bound (the peak plus a margin for run-to-run variance) does not
     asks for the whole room: the job ran on such a GPU, so it may run alone on one
-    rather than wait for a larger model."""
+    rather than wait for a larger model.
+
+    `peak_mib` holds the estimator's point estimates. Where the bound fits no GPU
+    model's room but the estimate fits some, the job asks for the whole room of those:
+    refused, it would surely be lost; alone on a GPU, it harms no neighbour, and if it
+    does need more, its OOM sets the floor the service retries or fails it with."""
     proven, room = proven_mib or {}, room_mib or {}
     if memory_mib is not None:
         demand: dict[str, int] = {}
@@ -109,6 +115,8 @@ def pending_job(
             model: max(_fitted(upper, proven.get(model), room.get(model)), floor_mib)
             for model, upper in upper_mib.items()
         }
+        if room and not any(mib <= room.get(model, 0) for model, mib in demand.items()):
+            demand = _alone(peak_mib or {}, room, floor_mib) or demand
         default, exclusive = None, False
     else:
         demand, default, exclusive = {}, floor_mib, True
@@ -132,6 +140,15 @@ def room_by_model(gpus: Iterable[tuple[str, int]], headroom_mib: int) -> dict[st
     for model, memory_mib in gpus:
         room[model] = max(room.get(model, 0), memory_mib - headroom_mib)
     return room
+
+
+def _alone(peak_mib: Mapping[str, int], room: Mapping[str, int], floor_mib: int) -> dict[str, int]:
+    """The whole room of each GPU model whose room holds the estimate (and the floor)."""
+    return {
+        model: room[model]
+        for model, peak in peak_mib.items()
+        if model in room and max(peak, floor_mib) <= room[model]
+    }
 
 
 def _fitted(upper: int, proven: int | None, room: int | None) -> int:

@@ -126,6 +126,7 @@ def _pending_view(
         not_before=job.not_before,
         proven_mib=proven_peaks(estimates),
         room_mib=room_mib,
+        peak_mib={model: e.peak_mib for model, e in estimates.items()},
     )
 
 

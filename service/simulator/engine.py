@@ -324,6 +324,7 @@ class Simulation:
                 else EPOCH + timedelta(seconds=state.not_before_s),
                 proven_mib=demand.proven_mib,
                 room_mib=self.room_mib,
+                peak_mib=demand.peak_mib,
             )
         return state.view
 

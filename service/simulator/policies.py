@@ -57,6 +57,7 @@ class Demand:
     upper_mib: dict[str, int] = field(default_factory=dict)  # per GPU model
     gpu_models: frozenset[str] | None = None
     proven_mib: dict[str, int] = field(default_factory=dict)  # peaks reached before
+    peak_mib: dict[str, int] = field(default_factory=dict)  # point estimates
 
 
 class Policy(Protocol):
@@ -202,6 +203,7 @@ class Colloc:
         return Demand(
             upper_mib={model: e.upper_mib for model, e in estimates.items()},
             proven_mib=proven_peaks(estimates),
+            peak_mib={model: e.peak_mib for model, e in estimates.items()},
         )
 
     def observe(self, job: SimJob, model: str, peak_mib: int) -> None:
