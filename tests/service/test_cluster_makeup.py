@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from service.db import make_engine
 from service.nodes.makeup import cluster_gpus
 from tests.conftest import register_node, submit
+from tests.service.test_lifecycle import cycle, job_of
 
 T4 = ("Tesla T4", 15360)
 A100 = ("NVIDIA A100-SXM4-40GB", 40960)
@@ -49,3 +50,23 @@ def test_nodes_alike_are_kept_once_and_every_gpu_of_a_kept_node_stays(
         sorted([A100[0], T4[0]]),
         [T4[0], T4[0]],
     ]
+
+
+def test_a_job_whose_bound_fits_no_gpu_runs_alone_where_its_estimate_fits(
+    client: Any,
+) -> None:
+    register_node(client, "node-a", [T4, T4])
+    imagenet = {"model": {"catalog": "resnet50"}, "image_size": 224}
+    (estimate,) = client.post(
+        "/v1/estimate", json={"training": {**imagenet, "batch_size": 128}}
+    ).json()["estimates"]
+    room = T4[1] - 256  # the default headroom
+    assert estimate["peak_mib"] <= room < estimate["upper_mib"]  # the case at hand
+    job = submit(client, training={**imagenet, "batch_size": 128})
+    assert job["state"] == "pending"
+    cycle(client)
+    (attempt,) = job_of(client, job["id"])["attempts"]
+    assert attempt["reserved_mib"] == room  # the whole GPU: no neighbour shares it
+    # an estimate that fits no GPU either is refused, as before
+    bigger = {"name": "b", "command": ["true"], "training": {**imagenet, "batch_size": 256}}
+    assert client.post("/v1/jobs", json=bigger).json()["error"]["code"] == "never_fits"
