@@ -55,7 +55,7 @@ FALL_TOLERANCE = 0.10
 SAME_PEAK_BATCH_RATIO = 4
 ALLOCATOR_SEGMENT_MIB = 20.0
 # Sets of runs are enumerated per configuration (2^n): the shared sheets have at most
-# 5 batch sizes per configuration; a larger series is left unjudged rather than slow.
+# 5 batch sizes per configuration; a larger series is an error, not a slow extraction.
 MAX_RUNS_JUDGED = 12
 
 
@@ -159,14 +159,10 @@ def _mlp_rows(path: Path, source: str) -> list[Measurement]:
 def _could_exceed_card(batch: int, reached: Sequence[tuple[int, int]]) -> bool:
     """Whether a run at `batch` could have needed more than the 40 GB card, given the
     (batch, peak) of smaller runs that showed their peak: a peak grows at most linearly
-    with the batch (the rule below), so the smallest of those linear bounds caps it."""
-    return (
-        min(
-            ((1 + FALL_TOLERANCE) * peak * batch / smaller for smaller, peak in reached),
-            default=float("inf"),
-        )
-        >= CENSORED_MIB
-    )
+    with the batch (GROWS, below), so a peak at the card must not grow faster than the
+    batch from any of them."""
+    at_card = Run(batch, CENSORED_MIB)
+    return not any(_breaks(Run(smaller, peak), at_card) == GROWS for smaller, peak in reached)
 
 
 def _timm_rows(path: Path) -> list[Measurement]:
@@ -339,7 +335,7 @@ class Run:
 
     batch_size: int
     peak_mib: float
-    censored: bool = False  # at the card's limit: a floor, not a peak
+    censored: bool = False  # at the card's limit, or crashed: a floor, not a peak
 
 
 FALLS, GROWS, SAME_PEAK = (
@@ -359,15 +355,21 @@ def _breaks(small: Run, large: Run) -> str:
 
 
 def _pair_rule(a: Run, b: Run) -> str:
-    return _breaks(a, b) if a.batch_size <= b.batch_size else _breaks(b, a)
+    """The rule a pair breaks, in either order (at one batch size, both ways round)."""
+    if a.batch_size == b.batch_size:
+        return _breaks(a, b) or _breaks(b, a)
+    return _breaks(a, b) if a.batch_size < b.batch_size else _breaks(b, a)
 
 
 def _kept(runs: Sequence[Run], candidates: list[int]) -> set[int]:
     """The runs in every largest set of `candidates` that breaks no pair rule. A
     configuration has a handful of batch sizes (5 in the timm sheet), so the sets are
-    enumerated; past MAX_RUNS_JUDGED runs the rule keeps them all unjudged."""
+    enumerated, up to MAX_RUNS_JUDGED of them."""
     if len(candidates) > MAX_RUNS_JUDGED:
-        return set(candidates)
+        raise ValueError(
+            f"{len(candidates)} runs of one configuration: the implausible-measurement "
+            f"rule enumerates at most {MAX_RUNS_JUDGED}"
+        )
     for size in range(len(candidates), 0, -1):
         largest = [
             set(subset)
@@ -394,7 +396,7 @@ def implausible_runs(runs: Sequence[Run], activations_mib: Sequence[float] | Non
     are those in every largest set of the configuration's runs that breaks no rule (an
     inflated batch-8 reading above four batches that grow linearly is the one left out,
     not the four), and each run left out is flagged with a rule it breaks with the rest.
-    Where the largest sets differ, a run outside any of them is flagged: nothing tells
+    Where the largest sets differ, a run outside any one of them is flagged: nothing tells
     whether it or its partner is wrong. Censored runs (at the card's limit, or crashed)
     are floors: they join no set and judge no run, and only FALLS below a kept smaller
     batch flags one (a crash's reading).
@@ -413,9 +415,9 @@ def implausible_runs(runs: Sequence[Run], activations_mib: Sequence[float] | Non
         elif i not in kept:
             partners = sorted(reached, key=lambda j: j not in kept)
             flags[i] = next(rule for j in partners if (rule := _pair_rule(runs[j], run)))
-    order = sorted(range(len(runs)), key=lambda i: runs[i].batch_size)
     if activations_mib is None:
         return flags
+    order = sorted(range(len(runs)), key=lambda i: runs[i].batch_size)
     for n, i in enumerate(order):
         for j in order[n + 1 :]:
             small, large = runs[i], runs[j]
@@ -452,7 +454,14 @@ def flag_implausible(rows: list[Measurement]) -> list[Measurement]:
     for members in configs.values():
         if len(members) < 2:
             continue
-        runs = [Run(rows[i].batch_size, rows[i].measured_mib, rows[i].censored) for i in members]
+        runs = [
+            Run(
+                rows[i].batch_size,
+                rows[i].measured_mib,
+                rows[i].censored or rows[i].measured_mib >= CENSORED_MIB,
+            )
+            for i in members
+        ]
         activations = _activations_mib([rows[i] for i in members])
         for i, rule in zip(members, implausible_runs(runs, activations), strict=True):
             flagged[i] = replace(rows[i], implausible=rule)

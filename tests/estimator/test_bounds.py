@@ -3,6 +3,7 @@ physically implausible measurements flagged by a documented rule."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from pathlib import Path
@@ -69,6 +70,32 @@ def test_an_inflated_small_batch_is_the_run_left_out() -> None:
     # GB at 16-128, growing by 110 MiB a sample: the batch-8 reading is the wrong one
     runs = [Run(8, 7091), Run(16, 3677), Run(32, 5447), Run(64, 8919), Run(128, 15991)]
     assert implausible_runs(runs, None) == [FALLS, "", "", "", ""]
+
+
+def test_runs_at_one_batch_size_are_judged_alike_in_either_order() -> None:
+    assert implausible_runs([Run(8, 9050), Run(8, 10000)], None) == [GROWS, GROWS]
+    assert implausible_runs([Run(8, 10000), Run(8, 9050)], None) == [GROWS, GROWS]
+    runs = [Run(8, 10000), Run(8, 9500), Run(16, 9000)]
+    assert implausible_runs(runs, None) == ["", "", ""]
+
+
+def test_a_fall_is_a_crash_only_where_the_peak_could_reach_the_card(tmp_path: Path) -> None:
+    sheet = tmp_path / "timm.csv"
+    lines = ["Filename,Batch Size,Max GPU Memory (MiB),Last Numeric Value"]
+    series = {
+        "big": [(8, 15000), (16, 30000), (32, 9000), (64, 12000)],  # 32 could need 66 GB
+        "small": [(8, 7091), (16, 3677), (32, 5447), (64, 8919)],  # 16 needs 15.6 GB at most
+        "full": [(8, 20000), (16, 39500), (32, 38000)],  # 16 filled the card
+    }
+    lines += [f"{name}_{b}.out,{b},{mib},1" for name, runs in series.items() for b, mib in runs]
+    sheet.write_text("\n".join(lines) + "\n")
+    censored = {
+        (json.loads(r.model)["catalog"], r.batch_size): r.censored
+        for r in measurements._timm_rows(sheet)
+    }
+    assert [censored[("timm:big", b)] for b in (8, 16, 32, 64)] == [False, False, True, True]
+    assert not any(censored[("timm:small", b)] for b in (8, 16, 32, 64))
+    assert [censored[("timm:full", b)] for b in (8, 16, 32)] == [False, True, True]
 
 
 def test_a_crashed_run_below_a_kept_smaller_batch_is_flagged() -> None:
