@@ -115,8 +115,10 @@ def pending_job(
             model: max(_fitted(upper, proven.get(model), room.get(model)), floor_mib)
             for model, upper in upper_mib.items()
         }
-        if room and not any(mib <= room.get(model, 0) for model, mib in demand.items()):
-            demand = _alone(peak_mib or {}, room, floor_mib) or demand
+        usable = {m: mib for m, mib in demand.items() if gpu_models is None or m in gpu_models}
+        if room and not any(mib <= room.get(model, 0) for model, mib in usable.items()):
+            peaks = {m: mib for m, mib in (peak_mib or {}).items() if m in usable}
+            demand |= _alone(peaks, room, floor_mib)
         default, exclusive = None, False
     else:
         demand, default, exclusive = {}, floor_mib, True
@@ -143,7 +145,8 @@ def room_by_model(gpus: Iterable[tuple[str, int]], headroom_mib: int) -> dict[st
 
 
 def _alone(peak_mib: Mapping[str, int], room: Mapping[str, int], floor_mib: int) -> dict[str, int]:
-    """The whole room of each GPU model whose room holds the estimate (and the floor)."""
+    """The whole room of each GPU model whose room holds the estimate (and the floor);
+    the other models keep their bound, which fits none of them."""
     return {
         model: room[model]
         for model, peak in peak_mib.items()

@@ -108,7 +108,12 @@ def test_a_job_whose_bound_fits_no_gpu_runs_alone_where_its_estimate_fits() -> N
     a80, t4 = "NVIDIA A100-SXM4-80GB", "Tesla T4"
     room = {A100: 40704, a80: 81664, t4: 14800}
 
-    def demand(upper: dict[str, int], peak: dict[str, int], floor: int = 0) -> dict[str, int]:
+    def demand(
+        upper: dict[str, int],
+        peak: dict[str, int],
+        floor: int = 0,
+        models: frozenset[str] | None = None,
+    ) -> dict[str, int]:
         return dict(
             pending_job(
                 id=1,
@@ -117,22 +122,28 @@ def test_a_job_whose_bound_fits_no_gpu_runs_alone_where_its_estimate_fits() -> N
                 memory_mib=None,
                 upper_mib=upper,
                 floor_mib=floor,
+                gpu_models=models,
                 room_mib=room,
                 peak_mib=peak,
             ).demand_mib
         )
 
-    # a bound carried up from a run that spiked: above every GPU, the estimate is not
+    # a bound carried up from a run that spiked: above every GPU, the estimate is not;
+    # the T4 cannot hold the estimate and keeps the bound (a gang never counts it in)
     upper = {A100: 90000, a80: 90000, t4: 90000}
-    assert demand(upper, {A100: 36000, a80: 36000, t4: 36000}) == {A100: 40704, a80: 81664}
-    # an OOM's floor above the 40 GB card leaves the 80 GB one only
     peak = {A100: 36000, a80: 36000, t4: 36000}
-    assert demand(upper, peak, floor=45000) == {a80: 81664}
+    assert demand(upper, peak) == {A100: 40704, a80: 81664, t4: 90000}
+    # an OOM's floor above the 40 GB card leaves the 80 GB one only
+    assert demand(upper, peak, floor=45000) == {A100: 90000, a80: 81664, t4: 90000}
     assert demand({**upper, a80: 81000}, peak, floor=45000) == {A100: 90000, a80: 81000, t4: 90000}
     # the estimate fits nowhere either: the bound stands (the service refuses it)
     assert demand(upper, {A100: 85000, a80: 85000, t4: 85000}) == upper
     # a bound that fits some GPU is kept as it is
     assert demand({A100: 50000, a80: 50000}, {A100: 36000, a80: 36000}) == {A100: 50000, a80: 50000}
+    # ... but only a GPU model the job may use counts
+    only_a100 = frozenset({A100})
+    fits_a80 = {A100: 50000, a80: 50000}
+    assert demand(fits_a80, peak, models=only_a100) == {A100: 40704, a80: 50000}
 
 
 def test_gpus_are_kept_for_waiting_jobs_that_fit_one_gpu_model_only() -> None:
