@@ -403,7 +403,9 @@ def implausible_runs(runs: Sequence[Run], activations_mib: Sequence[float] | Non
 
     SAME_PEAK: the peak equals that of a batch SAME_PEAK_BATCH_RATIO or more times
     smaller or larger, where the batches differ by more than an allocator segment of
-    activations; both runs are flagged.
+    activations; both runs are flagged. Two readings at the card's limit may be equal
+    (both filled the card); a crashed run's reading equal to another is as capped or
+    stale as any.
     """
     reached = [i for i, run in enumerate(runs) if not run.censored]
     kept = _kept(runs, reached)
@@ -423,7 +425,7 @@ def implausible_runs(runs: Sequence[Run], activations_mib: Sequence[float] | Non
             small, large = runs[i], runs[j]
             apart = large.batch_size >= SAME_PEAK_BATCH_RATIO * small.batch_size
             added = activations_mib[j] - activations_mib[i]
-            same = small.peak_mib == large.peak_mib and not (small.censored or large.censored)
+            same = small.peak_mib == large.peak_mib < CENSORED_MIB
             if apart and same and added > ALLOCATOR_SEGMENT_MIB:
                 for k in (i, j):
                     flags[k] = flags[k] or SAME_PEAK

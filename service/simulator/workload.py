@@ -65,9 +65,9 @@ def true_peak_mib(row: Measurement, gpu_model: str, gpus: int, spike: float) -> 
 def plausible(row: Measurement) -> bool:
     """Whether the run's peak can be a job's truth: not flagged by the estimator's
     implausible-measurement rule (`measurements.implausible_runs`: a peak falling as the
-    batch grows, growing faster than it, or one value at batches 4x apart; 489 timm
+    batch grows, growing faster than it, or one value at batches 4x apart; 495 timm
     runs), not censored at the card's limit, and not below FakeTensor's tensor-only peak
-    of the same run (a device peak holds every tensor, so such a run ended early; 64 timm
+    of the same run (a device peak holds every tensor, so such a run ended early; 62 timm
     runs the rule does not flag)."""
     return (
         not row.implausible

@@ -132,6 +132,12 @@ def test_identical_peaks_at_4x_the_batch_are_flagged_where_activations_show() ->
     # 2x apart, or unknown activations: not judged
     assert implausible_runs([Run(8, 5000), Run(16, 5000)], [80.0, 160.0]) == ["", ""]
     assert implausible_runs(runs, None) == ["", "", ""]
+    # resnetaa50d: 38,835 MiB at batch 8 and, crashed, at batch 32; two runs at the
+    # card's limit may read alike
+    crashed = [Run(8, 38835), Run(16, 4489, censored=True), Run(32, 38835, censored=True)]
+    assert implausible_runs(crashed, [900.0, 1800.0, 3600.0])[::2] == [SAME_PEAK, SAME_PEAK]
+    at_card = [Run(8, 39500, censored=True), Run(32, 39500, censored=True)]
+    assert implausible_runs(at_card, [900.0, 3600.0]) == ["", ""]
 
 
 def test_the_committed_table_carries_the_rule_and_training_leaves_flagged_rows_out() -> None:
