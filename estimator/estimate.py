@@ -6,23 +6,25 @@ bare CUDA context the agent measured) plus the environment's learned offset
 (`offsets.py`); the model-dependent terms come from the analytical model, corrected
 by the learned calibration where the spec lies in its domain.
 
-Six ways to an estimate, most trusted first: the exact history of the same spec on
-the same GPU model; its history on other GPU models, with their fixed cost swapped
-for this one's (the tensors a run allocates do not depend on the GPU; the fixed cost
-does); the line through its configuration's runs at other batch sizes (`history.
-batch_line`), moved likewise, its bound raised above what a run of the spec held
-when it died of an OOM; once the fixed cost is learned, the models' point with the
-bound its configuration's runs at other batch sizes set beyond them (the largest ratio
-their model terms reached over the analytical terms, applied to this spec's, plus the
-history margin); the model-dependent terms corrected by the learned
-calibration, where the spec lies in the calibration's domain (its kind, precision and
-layout, and every sized feature within a factor DOMAIN_FACTOR of what it was trained
-on); the analytical model alone elsewhere, with the margin it needed on the measured
-runs of that kind. The bound of the last three is widened for an architecture whose
-observed runs went further above their estimates than it allows, and by the fixed
-cost's uncertainty: a learned offset's own spread (`FixedCostOffsets.margin_mib`), or,
-in an environment whose offset is not learned yet, how far measured stacks' fixed
-costs lay above the defaults (the largest training environment's offset).
+Six ways to an estimate, most trusted first: the exact history of the same spec on the
+same GPU model, bounded by how far the cluster's repeat runs went above their spec's
+earlier peaks (`ObservationHistory.repeat_margin`); its history on other GPU models,
+with their fixed cost swapped for this one's (the tensors a run allocates do not
+depend on the GPU; the fixed cost does); the line through its configuration's runs at
+other batch sizes (`history.batch_line`), moved likewise, its bound raised above what
+a run of the spec held when it died of an OOM; once the fixed cost is learned, the
+models' point with the bound its configuration's runs at other batch sizes set beyond
+them (the largest ratio their model terms reached over the analytical terms, applied
+to this spec's, plus the history margin); the model-dependent terms corrected by the
+learned calibration, where the spec lies in the calibration's domain (its kind,
+precision and layout, and every sized feature within a factor DOMAIN_FACTOR of what it
+was trained on); the analytical model alone elsewhere, with the margin it needed on
+the measured runs of that kind. The bound of the last three is widened for an
+architecture whose observed runs went further above their estimates than it allows,
+and by the fixed cost's uncertainty: a learned offset's own spread
+(`FixedCostOffsets.margin_mib`), or, in an environment whose offset is not learned
+yet, how far measured stacks' fixed costs lay above the defaults (the largest training
+environment's offset).
 
 Any GPU can be named: a catalogued one adds its figures, a GPU the cluster reported
 is described as reported (`register_gpus`), any other takes generic defaults and the
@@ -278,7 +280,8 @@ class Estimator:
         by_batch = {} if peaks else self.history.peaks_by_batch(spec)
         line = batch_line(self._batch_peaks(spec, by_batch, modelled), spec.batch_size)
         if observed is not None:
-            peak, upper, method = float(observed), observed * (1 + HISTORY_MARGIN), HISTORY
+            margin = self.history.repeat_margin(self.coverage)
+            peak, upper, method = float(observed), observed * (1 + margin), HISTORY
         elif moved is not None:
             peak, upper, method = moved, moved * (1 + HISTORY_MARGIN), HISTORY_OTHER_GPU
         elif line is not None:
@@ -462,12 +465,15 @@ class Estimator:
         for gpu, peak in self.history.add(spec, name, peak_mib, ratio, owner, trusted):
             self.observations.append(observation(spec, gpu, peak))
 
-    def observe_oom(self, spec: TrainingSpec, gpu_model: str, held_mib: int) -> None:
-        """Remember that a run died of an OOM holding `held_mib`: it needed more, so its
-        architecture lies at least that far above its estimates, and the spec needs more
-        than that on that GPU model (not a peak: neither history nor refits take it)."""
+    def observe_oom(
+        self, spec: TrainingSpec, gpu_model: str, held_mib: int, owner: str | None = None
+    ) -> None:
+        """Remember that a run of `owner` died of an OOM holding `held_mib`: it needed
+        more, so its architecture lies at least that far above its estimates, and the
+        spec needs more than that on that GPU model (not a peak: neither history nor
+        refits take it)."""
         name, ratio = self._above_models(spec, gpu_model, held_mib)
-        self.history.add_oom(spec, name, held_mib, ratio)
+        self.history.add_oom(spec, name, held_mib, ratio, owner)
 
     def _batch_ratio(
         self,

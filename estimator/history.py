@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,8 +34,14 @@ from estimator.gpus import canonical_gpu_name
 from estimator.spec import TrainingSpec
 
 # Repeat runs of one configuration in one environment differ by a few percent
-# (cuDNN algorithm choice, allocator history); keep this much above the largest seen.
+# (cuDNN algorithm choice, allocator history); keep this much above the largest seen
+# until the cluster's own repeats say less (`repeat_margin`).
 HISTORY_MARGIN = 0.10
+# The confidence with which the repeats' spread bounds the share of repeats the
+# estimator's coverage names: 95%, the usual for a distribution-free tolerance bound
+# (Wilks 1941, Ann. Math. Statist. 12(1):91-96; at 95% of repeats, 59 of them are the
+# fewest for which the largest ratio seen is such a bound).
+REPEAT_CONFIDENCE = 0.95
 # A training run reaches its peak in its first optimizer steps (the optimizer state is
 # allocated at the first step, the activations at the first forward and backward), after
 # a start-up (importing PyTorch, creating the CUDA context, building and loading the
@@ -139,6 +146,41 @@ def credibility_problem(*, peak_mib: int, ran_s: float, weights_mib: float) -> s
     return None
 
 
+def tolerance_rank(samples: int, content: float, confidence: float) -> int | None:
+    """The largest r for which the r-th largest of `samples` independent draws lies at
+    or above the distribution's `content` quantile with at least `confidence`
+    (distribution-free: Wilks 1941); None where not even the largest does.
+
+    The r-th largest falls below the quantile only if at least `samples` - r + 1 draws
+    do, each with probability `content`: the binomial tail summed from the top."""
+    if samples < 1:
+        return None
+    allowed = 1.0 - confidence
+    log_p, log_q = math.log(content), math.log1p(-content)
+    log_pmf = samples * log_p  # all draws below the quantile
+    tail, rank = math.exp(log_pmf), 0
+    while tail <= allowed and rank < samples:
+        rank += 1
+        below = samples - rank  # the next term: this many draws below the quantile
+        log_pmf += math.log((below + 1) / (samples - below)) + log_q - log_p
+        tail += math.exp(log_pmf)
+    return rank or None
+
+
+def _repeat_bound(
+    repeats: list[tuple[tuple[str, str, str | None], float]],
+    content: float,
+    left_out: str | None,
+) -> float | None:
+    """The tolerance bound of the repeats' ratios but those of owner `left_out`."""
+    ratios = sorted(
+        (ratio for (_key, _gpu, voter), ratio in repeats if voter is None or voter != left_out),
+        reverse=True,
+    )
+    rank = tolerance_rank(len(ratios), content, REPEAT_CONFIDENCE)
+    return None if rank is None else ratios[rank - 1]
+
+
 @dataclass
 class _Peak:
     peak_mib: int
@@ -162,6 +204,12 @@ class ObservationHistory:
         self._ratios: dict[str, float] = {}
         # the most a run of each fingerprint held when it died of an OOM, by GPU model
         self._ooms: dict[str, dict[str, int]] = {}
+        # repeats: the largest ratio of a run's peak to the largest before it of its
+        # spec on its GPU model, by (fingerprint, GPU model, who ran it: None for runs
+        # without owners or trusted); and the margins they gave, by coverage
+        self._repeats: dict[tuple[str, str, str | None], float] = {}
+        self._repeats_changed = 0
+        self._margins: dict[float, tuple[int, float]] = {}
         self._viewer: str | None = None
 
     def add(
@@ -181,6 +229,7 @@ class ObservationHistory:
         owners.add(owner)
         peak = _Peak(peak_mib, owner, trusted or owner is None)
         peaks = self._peaks.setdefault(key, {}).setdefault(gpu, [])
+        self._repeat(key, gpu, None if trusted else owner, peak_mib, peaks)
         peaks.append(peak)
         batches = self._batches.setdefault(configuration(spec), {})
         batches.setdefault(spec.batch_size, {}).setdefault(gpu, []).append(peak)
@@ -194,14 +243,60 @@ class ObservationHistory:
                     released.append((gpu, held.peak_mib))
         return released
 
-    def add_oom(self, spec: TrainingSpec, gpu_model: str, held_mib: int, ratio: float) -> None:
+    def add_oom(
+        self,
+        spec: TrainingSpec,
+        gpu_model: str,
+        held_mib: int,
+        ratio: float,
+        owner: str | None = None,
+    ) -> None:
         """Note that a run of `spec` died of an OOM holding `held_mib` on `gpu_model`,
         `ratio` times the models' estimate: it needed more. Only ever raises what it
-        implies, so any owner's OOMs count for every owner."""
-        by_gpu = self._ooms.setdefault(fingerprint(spec), {})
-        gpu = _gpu_key(gpu_model)
+        implies, so any owner's OOMs count for every owner (`owner`: who ran it)."""
+        key, gpu = fingerprint(spec), _gpu_key(gpu_model)
+        by_gpu = self._ooms.setdefault(key, {})
         by_gpu[gpu] = max(held_mib, by_gpu.get(gpu, 0))
         self._widen(spec, ratio)
+        self._repeat(key, gpu, owner, held_mib, self._peaks.get(key, {}).get(gpu, []))
+
+    def _repeat(
+        self, key: str, gpu: str, voter: str | None, used_mib: int, before: list[_Peak]
+    ) -> None:
+        """Note how far a run of spec `key` on `gpu` went above the largest peak of its
+        runs before it there (an OOM's hold counts: a floor of what it needed)."""
+        if not before:
+            return
+        ratio = used_mib / max(1, max(p.peak_mib for p in before))
+        slot = (key, gpu, voter)
+        if ratio > self._repeats.get(slot, 0.0):
+            self._repeats[slot] = ratio
+            self._repeats_changed += 1
+
+    def repeat_margin(self, content: float) -> float:
+        """How far above the largest peak of a spec on a GPU model to bound its next
+        run there: the least of HISTORY_MARGIN and the spread the cluster's repeats
+        show, an upper tolerance bound (REPEAT_CONFIDENCE) of the ratio of a repeat to
+        the largest peak before it, for a `content` share of repeats.
+
+        Each owner's repeats count once per spec and GPU model, at their largest. No
+        one owner lowers it: it is the largest of the bounds the repeats give with each
+        ordinary owner's left out in turn (an owner whose jobs always read the same
+        peak cannot talk every owner's margin down). Where the repeats are too few for
+        a bound, HISTORY_MARGIN holds."""
+        changed = self._repeats_changed
+        kept = self._margins.get(content)
+        if kept is not None and kept[0] == changed:
+            return kept[1]
+        repeats = list(self._repeats.items())  # (a snapshot: the service's sync may add)
+        voters = {voter for (_key, _gpu, voter), _ratio in repeats} - {None}
+        bounds = [_repeat_bound(repeats, content, left_out) for left_out in voters or {None}]
+        known = [bound for bound in bounds if bound is not None]
+        margin = HISTORY_MARGIN  # one owner's repeats would decide, or too few
+        if known and len(known) == len(bounds):
+            margin = min(HISTORY_MARGIN, max(0.0, max(known) - 1))
+        self._margins[content] = (changed, margin)
+        return margin
 
     def ooms_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
         """The most a run of `spec` held when it died of an OOM, by GPU model."""

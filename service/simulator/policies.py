@@ -183,10 +183,23 @@ class Colloc:
         self._offsets = offsets  # the cluster's, shared by every estimator here
         self._fallback = Estimator(artifact=None, offsets=offsets)
         # estimates already made, by architecture, then configuration and GPU model,
-        # until a run of that architecture is observed (it can change them all) or the
-        # offsets in force change (they move every estimate)
+        # until a run of that architecture is observed (it can change them all) or what
+        # moves every estimate changes (`_in_force`)
         self._known: dict[str, dict[tuple[str, str], Estimate]] = {}
-        self._digest = offsets.digest()
+        self._forces = self._in_force()
+
+    def _in_force(self) -> tuple[object, ...]:
+        """What moves every estimate: the offsets, and each history's repeat margin."""
+        estimators = [*self._estimators.values(), self._fallback]
+        return (self._offsets.digest(), *(e.history.repeat_margin(e.coverage) for e in estimators))
+
+    def _forget(self, job: SimJob) -> None:
+        """Drop the estimates an observation of `job` may have changed."""
+        self._known.pop(architecture(job.spec), None)
+        forces = self._in_force()
+        if forces != self._forces:
+            self._known.clear()
+            self._forces = forces
 
     def _estimator(self, job: SimJob) -> Estimator:
         return self._estimators.get(self._key(job), self._fallback)
@@ -213,15 +226,11 @@ class Colloc:
         estimator = self._estimator(job)
         estimator.observe(job.spec, model, peak_mib)
         estimator.learn_fixed_cost(job.spec, model, peak_mib)
-        self._known.pop(architecture(job.spec), None)
-        digest = self._offsets.digest()
-        if digest != self._digest:
-            self._known.clear()
-            self._digest = digest
+        self._forget(job)
 
     def observe_oom(self, job: SimJob, model: str, held_mib: int) -> None:
         self._estimator(job).observe_oom(job.spec, model, held_mib)
-        self._known.pop(architecture(job.spec), None)
+        self._forget(job)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,78 @@
+"""The history margin the cluster's repeat runs earn: a distribution-free tolerance
+bound of how far a repeat went above its spec's earlier peaks."""
+
+from __future__ import annotations
+
+import pytest
+
+from estimator.estimate import Estimator, default_estimator
+from estimator.history import HISTORY_MARGIN, ObservationHistory, tolerance_rank
+from estimator.spec import TrainingSpec
+
+GPU = "NVIDIA A100-SXM4-40GB"
+
+
+def _spec(batch: int) -> TrainingSpec:
+    return TrainingSpec.model_validate({"model": {"catalog": "resnet50"}, "batch_size": batch})
+
+
+def _repeat(
+    history: ObservationHistory, batch: int, ratio: float, owner: str | None = None
+) -> None:
+    """A spec run twice on GPU, the second run `ratio` times the first's peak."""
+    history.add(_spec(batch), GPU, 10_000, 1.0, owner)
+    history.add(_spec(batch), GPU, round(10_000 * ratio), 1.0, owner)
+
+
+def test_the_rank_is_wilks_sample_sizes() -> None:
+    # the largest of 59, the second of 93, the third of 124 runs bounds 95% at 95%
+    ranks = {n: tolerance_rank(n, 0.95, 0.95) for n in (1, 58, 59, 92, 93, 123, 124)}
+    assert ranks == {1: None, 58: None, 59: 1, 92: 1, 93: 2, 123: 2, 124: 3}
+    # many draws: close to the 5% above the quantile, less a few standard deviations
+    assert 440 < (tolerance_rank(10_000, 0.95, 0.95) or 0) < 500
+
+
+def test_repeats_that_read_their_peak_again_earn_a_smaller_margin() -> None:
+    history = ObservationHistory()
+    for batch in range(1, 59):
+        _repeat(history, batch, 1.0)
+    assert history.repeat_margin(0.95) == HISTORY_MARGIN  # 58: too few for a bound
+    _repeat(history, 59, 1.03)
+    assert history.repeat_margin(0.95) == pytest.approx(0.03)  # the largest of 59
+    _repeat(history, 60, 2.0)  # more than the prior: the prior holds
+    assert history.repeat_margin(0.95) == HISTORY_MARGIN
+
+    estimator = Estimator(default_estimator().artifact, history)
+    history.add(_spec(500), GPU, 30_000, 1.0)
+    history.add(_spec(500), GPU, 30_000, 1.0)
+    for batch in range(61, 200):
+        _repeat(history, batch, 1.0)  # 200 repeats: the bound is the 7th largest
+    seen = estimator.estimate(_spec(500), GPU)
+    assert seen.method == "history" and seen.upper_mib == 30_000
+
+
+def test_an_oom_of_a_repeat_counts_at_what_it_held() -> None:
+    history = ObservationHistory()
+    for batch in range(1, 60):
+        _repeat(history, batch, 1.0)
+    assert history.repeat_margin(0.95) == 0.0
+    history.add_oom(_spec(1), GPU, 10_500, 1.0)  # needed more than 1.05x the peak seen
+    assert history.repeat_margin(0.95) == pytest.approx(0.05)
+    history.add_oom(_spec(999), GPU, 90_000, 1.0)  # no peak of the spec before: no repeat
+    assert history.repeat_margin(0.95) == pytest.approx(0.05)
+
+
+def test_no_one_owner_talks_the_margin_down() -> None:
+    history = ObservationHistory()
+    for batch in range(1, 200):
+        _repeat(history, batch, 1.0, owner="mallory")
+    assert history.repeat_margin(0.95) == HISTORY_MARGIN  # one owner alone decides nothing
+    for batch in range(200, 259):  # vouched-for repeats spread over 0-8%
+        _repeat(history, batch, 1.0 + 0.08 * (batch - 200) / 58)
+    # pooled, mallory's 199 would put the bound at the 7th largest (1.072); without
+    # them the largest of the 59 others holds
+    assert history.repeat_margin(0.95) == pytest.approx(0.08)
+    for batch in range(300, 359):
+        _repeat(history, batch, 1.0, owner="alice")
+    # each left out in turn: without mallory's, 118 repeats, bounded by their 2nd largest
+    assert history.repeat_margin(0.95) == pytest.approx(0.08 * 57 / 58, abs=1e-4)
