@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -168,17 +170,16 @@ def tolerance_rank(samples: int, content: float, confidence: float) -> int | Non
 
 
 def _repeat_bound(
-    repeats: list[tuple[tuple[str, str, str | None], float]],
-    content: float,
-    left_out: str | None,
+    ratios: list[tuple[float, str | None]], count: int, content: float, left_out: str | None
 ) -> float | None:
-    """The tolerance bound of the repeats' ratios but those of owner `left_out`."""
-    ratios = sorted(
-        (ratio for (_key, _gpu, voter), ratio in repeats if voter is None or voter != left_out),
-        reverse=True,
-    )
-    rank = tolerance_rank(len(ratios), content, REPEAT_CONFIDENCE)
-    return None if rank is None else ratios[rank - 1]
+    """The tolerance bound of the repeats' `ratios` (largest first, with who ran each)
+    but the `count` of owner `left_out`; a walk down the list, so that leaving each
+    owner out in turn costs no sort of its own."""
+    rank = tolerance_rank(len(ratios) - count, content, REPEAT_CONFIDENCE)
+    if rank is None:
+        return None
+    kept = (ratio for ratio, voter in ratios if voter is None or voter != left_out)
+    return next(itertools.islice(kept, rank - 1, None))
 
 
 @dataclass
@@ -289,8 +290,16 @@ class ObservationHistory:
         if kept is not None and kept[0] == changed:
             return kept[1]
         repeats = list(self._repeats.items())  # (a snapshot: the service's sync may add)
-        voters = {voter for (_key, _gpu, voter), _ratio in repeats} - {None}
-        bounds = [_repeat_bound(repeats, content, left_out) for left_out in voters or {None}]
+        ratios = sorted(
+            ((ratio, voter) for (_k, _g, voter), ratio in repeats),
+            key=lambda pair: pair[0],
+            reverse=True,
+        )
+        counts: Counter[str | None] = Counter(v for _r, v in ratios if v is not None)
+        bounds = [
+            _repeat_bound(ratios, counts[left_out], content, left_out)
+            for left_out in list(counts) or [None]
+        ]
         known = [bound for bound in bounds if bound is not None]
         margin = HISTORY_MARGIN  # one owner's repeats would decide, or too few
         if known and len(known) == len(bounds):
