@@ -11,16 +11,16 @@ same GPU model, bounded by how far the cluster's repeat runs went above their sp
 earlier peaks (`ObservationHistory.repeat_margin`); its history on other GPU models,
 with their fixed cost swapped for this one's (the tensors a run allocates do not
 depend on the GPU; the fixed cost does); the line through its configuration's runs at
-other batch sizes (`history.batch_line`), moved likewise, its bound raised above what
-a run of the spec held when it died of an OOM; once the fixed cost is learned, the
-models' point with the bound its configuration's runs at other batch sizes set beyond
-them (the largest ratio their model terms reached over the analytical terms, applied
-to this spec's, plus the history margin); the model-dependent terms corrected by the
-learned calibration, where the spec lies in the calibration's domain (its kind,
-precision and layout, and every sized feature within a factor DOMAIN_FACTOR of what it
-was trained on); the analytical model alone elsewhere, with the margin it needed on
-the measured runs of that kind. The bound of the last three is widened for an
-architecture whose observed runs went further above their estimates than it allows,
+other batch sizes (`history.batch_line`), moved likewise (the bound of these three
+raised above what a run of the spec held when it died of an OOM); once the fixed cost
+is learned, the models' point with the bound its configuration's runs at other batch
+sizes set beyond them (the largest ratio their model terms reached over the analytical
+terms, applied to this spec's, plus HISTORY_MARGIN); the model-dependent terms
+corrected by the learned calibration, where the spec lies in the calibration's domain
+(its kind, precision and layout, and every sized feature within a factor DOMAIN_FACTOR
+of what it was trained on); the analytical model alone elsewhere, with the margin it
+needed on the measured runs of that kind. The bound of the last three is widened for
+an architecture whose observed runs went further above their estimates than it allows,
 and by the fixed cost's uncertainty: a learned offset's own spread
 (`FixedCostOffsets.margin_mib`), or, in an environment whose offset is not learned
 yet, how far measured stacks' fixed costs lay above the defaults (the largest training
@@ -279,14 +279,15 @@ class Estimator:
         moved = None if observed is not None else self._moved_history(spec, peaks, modelled)
         by_batch = {} if peaks else self.history.peaks_by_batch(spec)
         line = batch_line(self._batch_peaks(spec, by_batch, modelled), spec.batch_size)
-        if observed is not None:
-            margin = self.history.repeat_margin(self.coverage)
-            peak, upper, method = float(observed), observed * (1 + margin), HISTORY
-        elif moved is not None:
-            peak, upper, method = moved, moved * (1 + HISTORY_MARGIN), HISTORY_OTHER_GPU
-        elif line is not None:
-            peak, upper, method = line, line * (1 + HISTORY_MARGIN), HISTORY_BATCH
-            # the spec itself died of an OOM holding more than the line: it needs more
+        history = ((observed, HISTORY), (moved, HISTORY_OTHER_GPU), (line, HISTORY_BATCH))
+        found = [(mib, way) for mib, way in history if mib is not None]
+        if found:
+            base, method = found[0]
+            margin = (
+                self.history.repeat_margin(self.coverage) if method == HISTORY else HISTORY_MARGIN
+            )
+            peak, upper = float(base), base * (1 + margin)
+            # the spec itself died of an OOM holding more than that: it needs more
             held = self._moved_history(spec, self.history.ooms_by_gpu(spec), modelled)
             if held is not None and held * (1 + HISTORY_MARGIN) > upper:
                 upper, method = held * (1 + HISTORY_MARGIN), method + MODEL_HISTORY

@@ -155,6 +155,8 @@ def tolerance_rank(samples: int, content: float, confidence: float) -> int | Non
 
     The r-th largest falls below the quantile only if at least `samples` - r + 1 draws
     do, each with probability `content`: the binomial tail summed from the top."""
+    if not (0 < content < 1 and 0 < confidence < 1):
+        raise ValueError(f"content {content} and confidence {confidence} must lie in (0, 1)")
     if samples < 1:
         return None
     allowed = 1.0 - confidence
@@ -187,6 +189,7 @@ class _Peak:
     peak_mib: int
     owner: str | None  # None: observations without owners (the simulator, one team)
     released: bool  # every owner's jobs may rely on it (and refits learn from it)
+    vouched: bool  # without an owner, or trusted: any owner's repeat may be judged by it
 
 
 class ObservationHistory:
@@ -228,9 +231,10 @@ class ObservationHistory:
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         owners = self._owners.setdefault((key, gpu), set())
         owners.add(owner)
-        peak = _Peak(peak_mib, owner, trusted or owner is None)
+        vouched = trusted or owner is None
+        peak = _Peak(peak_mib, owner, vouched, vouched)
         peaks = self._peaks.setdefault(key, {}).setdefault(gpu, [])
-        self._repeat(key, gpu, None if trusted else owner, peak_mib, peaks)
+        self._repeat(key, gpu, owner, vouched, peak_mib, peaks)
         peaks.append(peak)
         batches = self._batches.setdefault(configuration(spec), {})
         batches.setdefault(spec.batch_size, {}).setdefault(gpu, []).append(peak)
@@ -259,17 +263,31 @@ class ObservationHistory:
         by_gpu = self._ooms.setdefault(key, {})
         by_gpu[gpu] = max(held_mib, by_gpu.get(gpu, 0))
         self._widen(spec, ratio)
-        self._repeat(key, gpu, owner, held_mib, self._peaks.get(key, {}).get(gpu, []))
+        before = self._peaks.get(key, {}).get(gpu, [])
+        self._repeat(key, gpu, owner, owner is None, held_mib, before, oom=True)
 
     def _repeat(
-        self, key: str, gpu: str, voter: str | None, used_mib: int, before: list[_Peak]
+        self,
+        key: str,
+        gpu: str,
+        owner: str | None,
+        vouched: bool,
+        used_mib: int,
+        before: list[_Peak],
+        oom: bool = False,
     ) -> None:
-        """Note how far a run of spec `key` on `gpu` went above the largest peak of its
-        runs before it there (an OOM's hold counts: a floor of what it needed)."""
-        if not before:
+        """Note how far a run of spec `key` on `gpu` went above the largest peak its
+        owner's runs, or vouched-for ones, reached before it there: no other owner's
+        peak sets what it is judged against. An OOM counts only where it held more than
+        that, at what it held (a floor of what it needed); below, it may have died of
+        a neighbour's memory and says nothing of the spec's spread."""
+        judged = [p.peak_mib for p in before if p.vouched or p.owner == owner]
+        if not judged:
             return
-        ratio = used_mib / max(1, max(p.peak_mib for p in before))
-        slot = (key, gpu, voter)
+        ratio = used_mib / max(1, max(judged))
+        if oom and ratio <= 1:
+            return
+        slot = (key, gpu, None if vouched else owner)
         if ratio > self._repeats.get(slot, 0.0):
             self._repeats[slot] = ratio
             self._repeats_changed += 1
@@ -280,11 +298,14 @@ class ObservationHistory:
         show, an upper tolerance bound (REPEAT_CONFIDENCE) of the ratio of a repeat to
         the largest peak before it, for a `content` share of repeats.
 
-        Each owner's repeats count once per spec and GPU model, at their largest. No
-        one owner lowers it: it is the largest of the bounds the repeats give with each
-        ordinary owner's left out in turn (an owner whose jobs always read the same
-        peak cannot talk every owner's margin down). Where the repeats are too few for
-        a bound, HISTORY_MARGIN holds."""
+        The share is of the cluster's repeats, not of each spec's: a spec whose runs
+        scatter more than most may go above it more often. Each owner's repeats count
+        once per spec and GPU model, at their largest, judged against that owner's or
+        vouched-for peaks only (`_repeat`). It is the largest of the bounds the repeats
+        give with each ordinary owner's left out in turn, so never below the bound of
+        the other owners' repeats together: an owner whose jobs always read the same
+        peak cannot talk every owner's margin down alone. Where the repeats are too few
+        for a bound, HISTORY_MARGIN holds."""
         changed = self._repeats_changed
         kept = self._margins.get(content)
         if kept is not None and kept[0] == changed:

@@ -45,10 +45,16 @@ def test_repeats_that_read_their_peak_again_earn_a_smaller_margin() -> None:
     estimator = Estimator(default_estimator().artifact, history)
     history.add(_spec(500), GPU, 30_000, 1.0)
     history.add(_spec(500), GPU, 30_000, 1.0)
-    for batch in range(61, 200):
-        _repeat(history, batch, 1.0)  # 200 repeats: the bound is the 7th largest
+    for batch in range(61, 63):
+        _repeat(history, batch, 1.04)  # with 2.0 and 1.03: 4 above 1.0
+    for batch in range(63, 200):
+        _repeat(history, batch, 1.0)
+    # 200 repeats: the 5th largest bounds them, 1.0
+    assert history.repeat_margin(0.95) == 0.0
     seen = estimator.estimate(_spec(500), GPU)
     assert seen.method == "history" and seen.upper_mib == 30_000
+    _repeat(history, 200, 1.02)  # the 5th largest of 201: 1.02
+    assert estimator.estimate(_spec(500), GPU).upper_mib == 30_600
 
 
 def test_an_oom_of_a_repeat_counts_at_what_it_held() -> None:
@@ -59,7 +65,26 @@ def test_an_oom_of_a_repeat_counts_at_what_it_held() -> None:
     history.add_oom(_spec(1), GPU, 10_500, 1.0)  # needed more than 1.05x the peak seen
     assert history.repeat_margin(0.95) == pytest.approx(0.05)
     history.add_oom(_spec(999), GPU, 90_000, 1.0)  # no peak of the spec before: no repeat
+    for batch in range(60, 92):
+        _repeat(history, batch, 1.0)
+    _repeat(history, 92, 1.03)  # 92 repeats: the largest bounds them
     assert history.repeat_margin(0.95) == pytest.approx(0.05)
+    history.add(_spec(93), GPU, 10_000, 1.0)
+    history.add_oom(_spec(93), GPU, 4_000, 1.0)  # below its peak: a neighbour's doing
+    assert history.repeat_margin(0.95) == pytest.approx(0.05)  # (a 93rd: the 2nd, 1.03)
+
+
+def test_a_spec_that_died_of_an_oom_above_its_peak_is_bounded_above_that() -> None:
+    history = ObservationHistory()
+    for batch in range(1, 60):
+        _repeat(history, batch, 1.0)
+    estimator = Estimator(default_estimator().artifact, history)
+    history.add(_spec(500), GPU, 30_000, 1.0)
+    assert estimator.estimate(_spec(500), GPU).upper_mib == 30_000
+    estimator.observe_oom(_spec(500), GPU, 31_000)
+    seen = estimator.estimate(_spec(500), GPU)
+    assert seen.method == "history+model-history"
+    assert seen.upper_mib == pytest.approx(31_000 * (1 + HISTORY_MARGIN), abs=1)
 
 
 def test_no_one_owner_talks_the_margin_down() -> None:
@@ -76,3 +101,22 @@ def test_no_one_owner_talks_the_margin_down() -> None:
         _repeat(history, batch, 1.0, owner="alice")
     # each left out in turn: without mallory's, 118 repeats, bounded by their 2nd largest
     assert history.repeat_margin(0.95) == pytest.approx(0.08 * 57 / 58, abs=1e-4)
+
+
+def test_no_other_owners_peak_sets_what_a_repeat_is_judged_against() -> None:
+    history = ObservationHistory()
+    for batch in range(1, 60):  # mallory's runs, inflated, come first
+        history.add(_spec(batch), GPU, 20_000, 1.0, "mallory")
+        history.add(_spec(batch), GPU, 20_000, 1.0, "mallory")
+        _repeat(history, batch, 1.0 + 0.08 * (batch - 1) / 58, owner="alice")
+    # alice's repeats judged against her own peaks; against mallory's they would read
+    # 0.5-0.54, and the margin would be 0
+    assert history.repeat_margin(0.95) == pytest.approx(0.08, abs=1e-4)
+
+
+def test_a_trusted_owners_repeats_are_vouched_for() -> None:
+    history = ObservationHistory()
+    for batch in range(1, 60):
+        history.add(_spec(batch), GPU, 10_000, 1.0, "alice", trusted=True)
+        history.add(_spec(batch), GPU, 10_000, 1.0, "alice", trusted=True)
+    assert history.repeat_margin(0.95) == 0.0  # not one owner's alone: never left out

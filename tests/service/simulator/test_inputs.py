@@ -13,6 +13,7 @@ from estimator.analytical.context import fixed_cost
 from estimator.estimate import Estimator
 from estimator.gpus import find_gpu_model
 from estimator.learned import measurements
+from estimator.spec import TrainingSpec
 from service.simulator import cluster, traces, workload
 from service.simulator.policies import (
     Colloc,
@@ -150,3 +151,18 @@ def test_colloc_answers_as_its_estimator_and_learns_from_observed_peaks() -> Non
     before = colloc.demand(bigger, models).upper_mib["Tesla T4"]
     colloc.observe_oom(other, "Tesla T4", 3 * estimator.estimate(other.spec, "Tesla T4").peak_mib)
     assert colloc.demand(bigger, models).upper_mib["Tesla T4"] > before
+
+
+def test_colloc_forgets_every_estimate_when_the_repeats_change_the_margin() -> None:
+    estimator = Estimator(artifact=None)
+    colloc = Colloc({"m": estimator}, lambda job: job.model, estimator.offsets)
+    first = replace(_jobs(1)[0], model="m")
+    models = {"Tesla T4": 15360}
+    colloc.observe(first, "Tesla T4", 5000)
+    assert colloc.demand(first, models).upper_mib == {"Tesla T4": 5500}  # 10%, kept
+    for batch in range(1, 60):  # another architecture's specs read their peak again
+        spec = TrainingSpec.model_validate({"model": {"catalog": "resnet18"}, "batch_size": batch})
+        colloc.observe(replace(first, spec=spec), "Tesla T4", 3000)
+        colloc.observe(replace(first, spec=spec), "Tesla T4", 3000)
+    assert estimator.history.repeat_margin(estimator.coverage) == 0.0
+    assert colloc.demand(first, models).upper_mib == {"Tesla T4": 5000}
