@@ -189,9 +189,11 @@ class Colloc:
         self._forces = self._in_force()
 
     def _in_force(self) -> tuple[object, ...]:
-        """What moves every estimate: the offsets, and each history's repeat margin."""
+        """What moves every estimate: the offsets, and each history's repeat margin (the
+        estimators of held-out parts share one history, `Estimator.with_artifact`)."""
         estimators = [*self._estimators.values(), self._fallback]
-        return (self._offsets.digest(), *(e.history.repeat_margin(e.coverage) for e in estimators))
+        distinct = {(id(e.history), e.coverage): e for e in estimators}.values()
+        return (self._offsets.digest(), *(e.history.repeat_margin(e.coverage) for e in distinct))
 
     def _forget(self, job: SimJob) -> None:
         """Drop the estimates an observation of `job` may have changed."""
