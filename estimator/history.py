@@ -29,7 +29,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from estimator.analytical.model import breakdown
 from estimator.gpus import canonical_gpu_name
@@ -185,6 +185,18 @@ def _repeat_bound(
 
 
 @dataclass
+class _Repeats:
+    """Of each spec that ran again on a GPU model, the largest ratio of a run's peak to
+    the largest before it, by (fingerprint, GPU model, who ran it: None for runs without
+    owners or trusted); how often they changed; and the margins they gave then, by
+    coverage. One object, shared by every view of a history (`seen_by`)."""
+
+    ratios: dict[tuple[str, str, str | None], float] = field(default_factory=dict)
+    changed: int = 0
+    margins: dict[float, tuple[int, float]] = field(default_factory=dict)
+
+
+@dataclass
 class _Peak:
     peak_mib: int
     owner: str | None  # None: observations without owners (the simulator, one team)
@@ -208,12 +220,7 @@ class ObservationHistory:
         self._ratios: dict[str, float] = {}
         # the most a run of each fingerprint held when it died of an OOM, by GPU model
         self._ooms: dict[str, dict[str, int]] = {}
-        # repeats: the largest ratio of a run's peak to the largest before it of its
-        # spec on its GPU model, by (fingerprint, GPU model, who ran it: None for runs
-        # without owners or trusted); and the margins they gave, by coverage
-        self._repeats: dict[tuple[str, str, str | None], float] = {}
-        self._repeats_changed = 0
-        self._margins: dict[float, tuple[int, float]] = {}
+        self._repeats = _Repeats()
         self._viewer: str | None = None
 
     def add(
@@ -288,9 +295,9 @@ class ObservationHistory:
         if oom and ratio <= 1:
             return
         slot = (key, gpu, None if vouched else owner)
-        if ratio > self._repeats.get(slot, 0.0):
-            self._repeats[slot] = ratio
-            self._repeats_changed += 1
+        if ratio > self._repeats.ratios.get(slot, 0.0):
+            self._repeats.ratios[slot] = ratio
+            self._repeats.changed += 1
 
     def repeat_margin(self, content: float) -> float:
         """How far above the largest peak of a spec on a GPU model to bound its next
@@ -306,11 +313,11 @@ class ObservationHistory:
         the other owners' repeats together: an owner whose jobs always read the same
         peak cannot talk every owner's margin down alone. Where the repeats are too few
         for a bound, HISTORY_MARGIN holds."""
-        changed = self._repeats_changed
-        kept = self._margins.get(content)
+        changed = self._repeats.changed
+        kept = self._repeats.margins.get(content)
         if kept is not None and kept[0] == changed:
             return kept[1]
-        repeats = list(self._repeats.items())  # (a snapshot: the service's sync may add)
+        repeats = list(self._repeats.ratios.items())  # (a snapshot: the sync may add)
         ratios = sorted(
             ((ratio, voter) for (_k, _g, voter), ratio in repeats),
             key=lambda pair: pair[0],
@@ -325,7 +332,7 @@ class ObservationHistory:
         margin = HISTORY_MARGIN  # one owner's repeats would decide, or too few
         if known and len(known) == len(bounds):
             margin = min(HISTORY_MARGIN, max(0.0, max(known) - 1))
-        self._margins[content] = (changed, margin)
+        self._repeats.margins[content] = (changed, margin)
         return margin
 
     def ooms_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:

@@ -120,3 +120,14 @@ def test_a_trusted_owners_repeats_are_vouched_for() -> None:
         history.add(_spec(batch), GPU, 10_000, 1.0, "alice", trusted=True)
         history.add(_spec(batch), GPU, 10_000, 1.0, "alice", trusted=True)
     assert history.repeat_margin(0.95) == 0.0  # not one owner's alone: never left out
+
+
+def test_every_view_of_a_history_sees_its_margin_as_it_is_now() -> None:
+    history = ObservationHistory()
+    view = history.seen_by("alice")
+    assert view.repeat_margin(0.95) == HISTORY_MARGIN
+    for batch in range(1, 60):
+        _repeat(history, batch, 1.02)
+    assert view.repeat_margin(0.95) == pytest.approx(0.02)
+    _repeat(history, 60, 1.05)
+    assert view.repeat_margin(0.95) == history.repeat_margin(0.95) == pytest.approx(0.05)
