@@ -287,9 +287,10 @@ class Estimator:
                 self.history.repeat_margin(self.coverage) if method == HISTORY else HISTORY_MARGIN
             )
             peak, upper = float(base), base * (1 + margin)
-            # the spec itself died of an OOM holding more than that: it needs more
+            # the spec itself died of an OOM holding more than that: it needs more (one
+            # below it may have died of a neighbour's memory, and says nothing)
             held = self._moved_history(spec, self.history.ooms_by_gpu(spec), modelled)
-            if held is not None and held * (1 + HISTORY_MARGIN) > upper:
+            if held is not None and held > base:
                 upper, method = held * (1 + HISTORY_MARGIN), method + MODEL_HISTORY
         else:
             peak, upper, method = modelled.peak_mib, modelled.upper_mib, modelled.method

@@ -284,11 +284,12 @@ class ObservationHistory:
         oom: bool = False,
     ) -> None:
         """Note how far a run of spec `key` on `gpu` went above the largest peak its
-        owner's runs, or vouched-for ones, reached before it there: no other owner's
-        peak sets what it is judged against. An OOM counts only where it held more than
-        that, at what it held (a floor of what it needed); below, it may have died of
-        a neighbour's memory and says nothing of the spec's spread."""
-        judged = [p.peak_mib for p in before if p.vouched or p.owner == owner]
+        owner's runs, or vouched-for ones, reached before it there (a vouched-for run:
+        vouched-for ones only): no peak of an owner but its own sets what a run is judged
+        against. An OOM counts only where it held more than that, at what it held (a
+        floor of what it needed); below, it may have died of a neighbour's memory and
+        says nothing of the spec's spread."""
+        judged = [p.peak_mib for p in before if p.vouched or (not vouched and p.owner == owner)]
         if not judged:
             return
         ratio = used_mib / max(1, max(judged))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from estimator.estimate import Estimator, default_estimator
+from estimator.estimate import Estimator, default_estimator, proven_peaks
 from estimator.history import HISTORY_MARGIN, ObservationHistory, tolerance_rank
 from estimator.spec import TrainingSpec
 
@@ -131,3 +131,25 @@ def test_every_view_of_a_history_sees_its_margin_as_it_is_now() -> None:
     assert view.repeat_margin(0.95) == pytest.approx(0.02)
     _repeat(history, 60, 1.05)
     assert view.repeat_margin(0.95) == history.repeat_margin(0.95) == pytest.approx(0.05)
+
+
+def test_an_oom_below_the_peak_leaves_the_peak_proven() -> None:
+    history = ObservationHistory()
+    for batch in range(1, 60):
+        _repeat(history, batch, 1.0)
+    estimator = Estimator(default_estimator().artifact, history)
+    history.add(_spec(500), GPU, 39_000, 1.0)
+    estimator.observe_oom(_spec(500), GPU, 37_000)  # a neighbour's doing, maybe
+    seen = estimator.estimate(_spec(500), GPU)
+    assert seen.method == "history" and seen.upper_mib == 39_000
+    assert proven_peaks({GPU: seen}) == {GPU: 39_000}  # it may have the whole GPU
+
+
+def test_a_trusted_run_is_judged_against_vouched_for_peaks_only() -> None:
+    history = ObservationHistory()
+    for batch in range(1, 60):
+        _repeat(history, batch, 1.0 + 0.08 * (batch - 1) / 58)
+    for batch in range(100, 160):  # an inflated peak, then a run an admin trusts
+        history.add(_spec(batch), GPU, 20_000, 1.0, "mallory")
+        history.add(_spec(batch), GPU, 10_000, 1.0, "mallory", trusted=True)
+    assert history.repeat_margin(0.95) == pytest.approx(0.08, abs=1e-4)
