@@ -279,8 +279,8 @@ class Estimator:
         moved = None if observed is not None else self._moved_history(spec, peaks, modelled)
         by_batch = {} if peaks else self.history.peaks_by_batch(spec)
         line = batch_line(self._batch_peaks(spec, by_batch, modelled), spec.batch_size)
-        history = ((observed, HISTORY), (moved, HISTORY_OTHER_GPU), (line, HISTORY_BATCH))
-        found = [(mib, way) for mib, way in history if mib is not None]
+        ways = ((observed, HISTORY), (moved, HISTORY_OTHER_GPU), (line, HISTORY_BATCH))
+        found = [(mib, way) for mib, way in ways if mib is not None]
         if found:
             base, method = found[0]
             margin = (

@@ -186,14 +186,16 @@ class Colloc:
         # until a run of that architecture is observed (it can change them all) or what
         # moves every estimate changes (`_in_force`)
         self._known: dict[str, dict[tuple[str, str], Estimate]] = {}
+        # one estimator per history and coverage: the estimators of held-out parts share
+        # one history (`Estimator.with_artifact`), so one margin answers for them all
+        everyone = [*estimators.values(), self._fallback]
+        self._margined = list({(id(e.history), e.coverage): e for e in everyone}.values())
         self._forces = self._in_force()
 
     def _in_force(self) -> tuple[object, ...]:
-        """What moves every estimate: the offsets, and each history's repeat margin (the
-        estimators of held-out parts share one history, `Estimator.with_artifact`)."""
-        estimators = [*self._estimators.values(), self._fallback]
-        distinct = {(id(e.history), e.coverage): e for e in estimators}.values()
-        return (self._offsets.digest(), *(e.history.repeat_margin(e.coverage) for e in distinct))
+        """What moves every estimate: the offsets, and each history's repeat margin."""
+        margins = (e.history.repeat_margin(e.coverage) for e in self._margined)
+        return (self._offsets.digest(), *margins)
 
     def _forget(self, job: SimJob) -> None:
         """Drop the estimates an observation of `job` may have changed."""

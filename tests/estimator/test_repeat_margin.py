@@ -24,6 +24,14 @@ def _repeat(
     history.add(_spec(batch), GPU, round(10_000 * ratio), 1.0, owner)
 
 
+def _settled() -> ObservationHistory:
+    """A history of 59 specs that read their peak again: enough for a margin of 0."""
+    history = ObservationHistory()
+    for batch in range(1, 60):
+        _repeat(history, batch, 1.0)
+    return history
+
+
 def test_the_rank_is_wilks_sample_sizes() -> None:
     # the largest of 59, the second of 93, the third of 124 runs bounds 95% at 95%
     ranks = {n: tolerance_rank(n, 0.95, 0.95) for n in (1, 58, 59, 92, 93, 123, 124)}
@@ -58,9 +66,7 @@ def test_repeats_that_read_their_peak_again_earn_a_smaller_margin() -> None:
 
 
 def test_an_oom_of_a_repeat_counts_at_what_it_held() -> None:
-    history = ObservationHistory()
-    for batch in range(1, 60):
-        _repeat(history, batch, 1.0)
+    history = _settled()
     assert history.repeat_margin(0.95) == 0.0
     history.add_oom(_spec(1), GPU, 10_500, 1.0)  # needed more than 1.05x the peak seen
     assert history.repeat_margin(0.95) == pytest.approx(0.05)
@@ -75,9 +81,7 @@ def test_an_oom_of_a_repeat_counts_at_what_it_held() -> None:
 
 
 def test_a_spec_that_died_of_an_oom_above_its_peak_is_bounded_above_that() -> None:
-    history = ObservationHistory()
-    for batch in range(1, 60):
-        _repeat(history, batch, 1.0)
+    history = _settled()
     estimator = Estimator(default_estimator().artifact, history)
     history.add(_spec(500), GPU, 30_000, 1.0)
     assert estimator.estimate(_spec(500), GPU).upper_mib == 30_000
@@ -134,9 +138,7 @@ def test_every_view_of_a_history_sees_its_margin_as_it_is_now() -> None:
 
 
 def test_an_oom_below_the_peak_leaves_the_peak_proven() -> None:
-    history = ObservationHistory()
-    for batch in range(1, 60):
-        _repeat(history, batch, 1.0)
+    history = _settled()
     estimator = Estimator(default_estimator().artifact, history)
     history.add(_spec(500), GPU, 39_000, 1.0)
     estimator.observe_oom(_spec(500), GPU, 37_000)  # a neighbour's doing, maybe
