@@ -54,6 +54,18 @@ FALL_TOLERANCE = 0.10
 # flagged: nothing tells which one is wrong.
 SAME_PEAK_BATCH_RATIO = 4
 ALLOCATOR_SEGMENT_MIB = 20.0
+# Nor does a step hold many times its own tensors. Where the source traced them
+# (FakeTensor: weights, gradients, optimizer state, saved activations and temporaries
+# of one step), what a process holds beyond them is its stack's fixed cost (CUDA
+# context, library handles: at most the campaign's smallest reading on that GPU, a
+# run of next to no model), cached blocks the allocator cannot reuse, which
+# fragmentation has made as large as the live tensors (half a card unusable:
+# pytorch/pytorch#35901, #44742), and cuDNN's convolution workspaces, which FakeTensor
+# does not trace, taken here as large as the tensors again. A reading more than
+# TENSOR_FACTOR times the traced tensors above the stack held memory its training did
+# not allocate (a cuDNN benchmark's trial workspaces kept by the caching allocator, a
+# stale reading): it is flagged whatever the configuration's other runs show.
+TENSOR_FACTOR = 4.0
 # Sets of runs are enumerated per configuration (2^n): the shared sheets have at most
 # 5 batch sizes per configuration; a larger series is an error, not a slow extraction.
 MAX_RUNS_JUDGED = 12
@@ -156,6 +168,12 @@ def _mlp_rows(path: Path, source: str) -> list[Measurement]:
     return rows
 
 
+def beyond_tensors(measured_mib: float, tensors_mib: float | None, stack_mib: float) -> bool:
+    """Whether a reading held more than TENSOR_FACTOR times the step's traced tensors
+    above its stack's fixed cost (never, where the tensors were not traced)."""
+    return tensors_mib is not None and measured_mib - stack_mib > TENSOR_FACTOR * tensors_mib
+
+
 def _could_exceed_card(batch: int, reached: Sequence[tuple[int, int]]) -> bool:
     """Whether a run at `batch` could have needed more than the 40 GB card, given the
     (batch, peak) of smaller runs that showed their peak: a peak grows at most linearly
@@ -171,23 +189,27 @@ def _timm_rows(path: Path) -> list[Measurement]:
     smaller batch did crashed before its peak was sampled (an OOM), and so did every
     larger batch, where its peak could have exceeded the card at all; where it could
     not, the reading is wrong in some other way, and the implausible-measurement rule
-    judges it."""
+    judges it. A reading beyond its traced tensors (`beyond_tensors`) is no peak to fall
+    from or grow from."""
     by_model: dict[str, list[dict[str, str]]] = {}
     for row in csv.DictReader(path.open(encoding="utf-8")):
         by_model.setdefault(row["Filename"].rsplit("_", 1)[0], []).append(row)
+    stack = min(_mib(row) for runs in by_model.values() for row in runs)
     rows = []
     for name, runs in by_model.items():
         highest, crashed = 0, False
         reached: list[tuple[int, int]] = []
         for row in sorted(runs, key=lambda r: int(r["Batch Size"])):
-            batch, measured = int(row["Batch Size"]), int(float(row["Max GPU Memory (MiB)"]))
+            batch, measured = int(row["Batch Size"]), _mib(row)
+            tensors = float(row["Last Numeric Value"])
             fell = measured < (1 - FALL_TOLERANCE) * highest
             crashed = (
                 crashed or measured >= CENSORED_MIB or (fell and _could_exceed_card(batch, reached))
             )
-            highest = max(highest, measured)
-            if not crashed:
-                reached.append((batch, measured))
+            if not beyond_tensors(measured, tensors, stack):
+                highest = max(highest, measured)
+                if not crashed:
+                    reached.append((batch, measured))
             rows.append(
                 Measurement(
                     "timm",
@@ -201,10 +223,14 @@ def _timm_rows(path: Path) -> list[Measurement]:
                     A100,
                     measured,
                     crashed,
-                    faketensor_mib=float(row["Last Numeric Value"]),
+                    faketensor_mib=tensors,
                 )
             )
     return rows
+
+
+def _mib(row: dict[str, str]) -> int:
+    return int(float(row["Max GPU Memory (MiB)"]))
 
 
 CNN_NAMES = {
@@ -336,12 +362,14 @@ class Run:
     batch_size: int
     peak_mib: float
     censored: bool = False  # at the card's limit, or crashed: a floor, not a peak
+    beyond_tensors: bool = False  # held more than its traced tensors allow (TENSOR_FACTOR)
 
 
-FALLS, GROWS, SAME_PEAK = (
+FALLS, GROWS, SAME_PEAK, BEYOND_TENSORS = (
     "falls-as-batch-grows",
     "grows-faster-than-batch",
     "same-peak-at-4x-batch",
+    "beyond-its-tensors",
 )
 
 
@@ -401,17 +429,22 @@ def implausible_runs(runs: Sequence[Run], activations_mib: Sequence[float] | Non
     are floors: they join no set and judge no run, and only FALLS below a kept smaller
     batch flags one (a crash's reading).
 
+    BEYOND_TENSORS: the run held more than TENSOR_FACTOR times its traced tensors above
+    its stack (`beyond_tensors`, judged by the caller); it joins no set and judges no run.
+
     SAME_PEAK: the peak equals that of a batch SAME_PEAK_BATCH_RATIO or more times
     smaller or larger, where the batches differ by more than an allocator segment of
     activations; both runs are flagged. Two readings at the card's limit may be equal
     (both filled the card); a crashed run's reading equal to another is as capped or
     stale as any.
     """
-    reached = [i for i, run in enumerate(runs) if not run.censored]
+    reached = [i for i, run in enumerate(runs) if not (run.censored or run.beyond_tensors)]
     kept = _kept(runs, reached)
     flags = [""] * len(runs)
     for i, run in enumerate(runs):
-        if run.censored:
+        if run.beyond_tensors:
+            flags[i] = BEYOND_TENSORS
+        elif run.censored:
             below = [_breaks(runs[j], run) for j in kept if runs[j].batch_size < run.batch_size]
             flags[i] = FALLS if FALLS in below else ""
         elif i not in kept:
@@ -444,7 +477,8 @@ def _activations_mib(rows: Sequence[Measurement]) -> list[float] | None:
 
 
 def flag_implausible(rows: list[Measurement]) -> list[Measurement]:
-    """`rows` with `implausible` set by the rule, configuration by configuration."""
+    """`rows` with `implausible` set by the rule, configuration by configuration (a
+    run's stack for BEYOND_TENSORS: its campaign's smallest reading on its GPU)."""
     configs: dict[tuple[Any, ...], list[int]] = {}
     for i, row in enumerate(rows):
         key: tuple[Any, ...] = (
@@ -452,15 +486,22 @@ def flag_implausible(rows: list[Measurement]) -> list[Measurement]:
             *(row.optimizer, row.gpu_model, row.flash_attention, row.extra),
         )
         configs.setdefault(key, []).append(i)
+    stacks: dict[tuple[str, str], int] = {}  # a campaign's smallest reading on a GPU
+    for row in rows:
+        place = (row.source, row.gpu_model)
+        stacks[place] = min(stacks.get(place, row.measured_mib), row.measured_mib)
     flagged = list(rows)
     for members in configs.values():
-        if len(members) < 2:
-            continue
         runs = [
             Run(
                 rows[i].batch_size,
                 rows[i].measured_mib,
                 rows[i].censored or rows[i].measured_mib >= CENSORED_MIB,
+                beyond_tensors(
+                    rows[i].measured_mib,
+                    rows[i].faketensor_mib,
+                    stacks[(rows[i].source, rows[i].gpu_model)],
+                ),
             )
             for i in members
         ]

@@ -65,10 +65,10 @@ def true_peak_mib(row: Measurement, gpu_model: str, gpus: int, spike: float) -> 
 def plausible(row: Measurement) -> bool:
     """Whether the run's peak can be a job's truth: not flagged by the estimator's
     implausible-measurement rule (`measurements.implausible_runs`: a peak falling as the
-    batch grows, growing faster than it, or one value at batches 4x apart; 495 timm
-    runs), not censored at the card's limit, and not below FakeTensor's tensor-only peak
-    of the same run (a device peak holds every tensor, so such a run ended early; 62 timm
-    runs the rule does not flag)."""
+    batch grows, growing faster than it, one value at batches 4x apart, or far beyond
+    the run's traced tensors; 498 timm runs), not censored at the card's limit, and not
+    below FakeTensor's tensor-only peak of the same run (a device peak holds every
+    tensor, so such a run ended early; 63 timm runs the rule does not flag)."""
     return (
         not row.implausible
         and not row.censored

@@ -20,7 +20,15 @@ from estimator.learned.calibration import (
     coverage_by_group,
     min_conformal_points,
 )
-from estimator.learned.measurements import FALLS, GROWS, SAME_PEAK, Run, implausible_runs
+from estimator.learned.measurements import (
+    BEYOND_TENSORS,
+    FALLS,
+    GROWS,
+    SAME_PEAK,
+    Run,
+    beyond_tensors,
+    implausible_runs,
+)
 from estimator.learned.train import environment_of, prepare, train
 
 
@@ -87,15 +95,54 @@ def test_a_fall_is_a_crash_only_where_the_peak_could_reach_the_card(tmp_path: Pa
         "small": [(8, 7091), (16, 3677), (32, 5447), (64, 8919)],  # 16 needs 15.6 GB at most
         "full": [(8, 20000), (16, 39500), (32, 38000)],  # 16 filled the card
     }
-    lines += [f"{name}_{b}.out,{b},{mib},1" for name, runs in series.items() for b, mib in runs]
+    # each run's traced tensors as large as its reading: none is beyond them
+    lines += [f"{name}_{b}.out,{b},{mib},{mib}" for name, runs in series.items() for b, mib in runs]
     sheet.write_text("\n".join(lines) + "\n")
-    censored = {
-        (json.loads(r.model)["catalog"], r.batch_size): r.censored
-        for r in measurements._timm_rows(sheet)
-    }
+    censored = _timm_censored(sheet)
     assert [censored[("timm:big", b)] for b in (8, 16, 32, 64)] == [False, False, True, True]
     assert not any(censored[("timm:small", b)] for b in (8, 16, 32, 64))
     assert [censored[("timm:full", b)] for b in (8, 16, 32)] == [False, True, True]
+
+
+def _timm_censored(sheet: Path) -> dict[tuple[str, int], bool]:
+    return {
+        (json.loads(r.model)["catalog"], r.batch_size): r.censored
+        for r in measurements._timm_rows(sheet)
+    }
+
+
+def test_a_peak_far_beyond_its_traced_tensors_is_flagged() -> None:
+    # the stack's fixed cost plus 4x the traced tensors is the most a step can hold
+    assert not beyond_tensors(1731 + 4 * 1000, 1000, 1731)
+    assert beyond_tensors(1731 + 4 * 1000 + 1, 1000, 1731)
+    assert not beyond_tensors(30000, None, 1731)  # tensors not traced: never judged
+    # mobilevitv2_100 in the shared timm sheet: 19.4 and 20.5 GB at batches 8 and 16,
+    # 13-7x its traced 1.3 / 2.6 GB; 14.3 GB at 32 is no fall from them
+    runs = [Run(8, 19435, beyond_tensors=True), Run(16, 20511, beyond_tensors=True)]
+    runs.append(Run(32, 14343))
+    assert implausible_runs(runs, None) == [BEYOND_TENSORS, BEYOND_TENSORS, ""]
+    # a censored run beyond its tensors is flagged too (it filled the card with them)
+    assert implausible_runs([Run(8, 39500, True, True)], None) == [BEYOND_TENSORS]
+
+
+def test_a_fall_from_a_reading_beyond_its_tensors_is_no_crash(tmp_path: Path) -> None:
+    # mobilevitv2_125 in the shared timm sheet: 30.1 GB at batch 8 (traced 1.6 GB),
+    # then 8.5 and 9.4 GB at 16 and 32 (traced 3.2 and 6.5 GB), which grow as physics
+    # allows; "tiny" sets the campaign's stack (its smallest reading)
+    sheet = tmp_path / "timm.csv"
+    lines = ["Filename,Batch Size,Max GPU Memory (MiB),Last Numeric Value"]
+    series = {"inflated": [(8, 30137, 1621), (16, 8535, 3241), (32, 9387, 6480)]}
+    series["tiny"] = [(8, 1731, 10)]
+    lines += [f"{name}_{b}.out,{b},{mib},{t}" for name, rs in series.items() for b, mib, t in rs]
+    sheet.write_text("\n".join(lines) + "\n")
+    censored = _timm_censored(sheet)
+    assert not any(censored[("timm:inflated", b)] for b in (8, 16, 32))
+    flags = {
+        r.batch_size: r.implausible
+        for r in measurements.flag_implausible(measurements._timm_rows(sheet))
+        if r.model == json.dumps({"catalog": "timm:inflated"})
+    }
+    assert flags == {8: BEYOND_TENSORS, 16: "", 32: ""}
 
 
 def test_a_crashed_run_below_a_kept_smaller_batch_is_flagged() -> None:
@@ -146,16 +193,18 @@ def test_the_committed_table_carries_the_rule_and_training_leaves_flagged_rows_o
         r.implausible for r in rows
     ]
     counts = Counter(r.implausible for r in rows if r.implausible)
-    assert counts[FALLS] > 0 and counts[SAME_PEAK] > 0
+    assert counts[FALLS] > 0 and counts[SAME_PEAK] > 0 and counts[BEYOND_TENSORS] > 0
+    # resnetaa34d: 2.5 / 21.7 / 22.9 / 6.3 / 16.7 GB, traced 0.4 / 0.7 / 1.3 / 2.7 / 5.3
     resnetaa = {
         r.batch_size: r.implausible for r in rows if r.model == '{"catalog": "timm:resnetaa34d"}'
     }
-    assert resnetaa[16] == resnetaa[32] == GROWS and resnetaa[128] == FALLS
-    # resnet26t's fall at batch 16 is no crash: 1.1x twice its 7.1 GB at batch 8 is far
-    # from the card; the batch-8 reading is flagged, the four that grow are truth
+    assert resnetaa == {8: "", 16: BEYOND_TENSORS, 32: BEYOND_TENSORS, 64: GROWS, 128: GROWS}
+    # resnet26t's fall at batch 16 is no crash: its 7.1 GB at batch 8 is 8x what that
+    # batch traced (0.7 GB) above the stack; the batch-8 reading is flagged, the four
+    # that grow are truth
     resnet26t = [r for r in rows if r.model == '{"catalog": "timm:resnet26t"}']
     assert [(r.batch_size, r.censored, r.implausible) for r in resnet26t] == [
-        (8, False, FALLS),
+        (8, False, BEYOND_TENSORS),
         *((batch, False, "") for batch in (16, 32, 64, 128)),
     ]
     flagged = [r for r in rows if r.implausible and not r.censored][:50]
