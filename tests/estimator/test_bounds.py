@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -121,7 +122,7 @@ def test_a_peak_far_beyond_its_traced_tensors_is_flagged() -> None:
     runs = [Run(8, 19435, beyond_tensors=True), Run(16, 20511, beyond_tensors=True)]
     runs.append(Run(32, 14343))
     assert implausible_runs(runs, None) == [BEYOND_TENSORS, BEYOND_TENSORS, ""]
-    # a censored run beyond its tensors is flagged too (it filled the card with them)
+    # a reading at the card's limit beyond its tensors is flagged too
     assert implausible_runs([Run(8, 39500, True, True)], None) == [BEYOND_TENSORS]
 
 
@@ -143,6 +144,36 @@ def test_a_fall_from_a_reading_beyond_its_tensors_is_no_crash(tmp_path: Path) ->
         if r.model == json.dumps({"catalog": "timm:inflated"})
     }
     assert flags == {8: BEYOND_TENSORS, 16: "", 32: ""}
+
+
+def test_a_run_alone_beyond_its_tensors_is_flagged() -> None:
+    row = measurements.Measurement(
+        "timm", "timm:x", '{"catalog": "timm:x"}', 8, None, None, "fp32", "adam",
+        measurements.A100, 30000, False, faketensor_mib=1000.0,
+    )  # fmt: skip
+    small = replace(row, model='{"catalog": "timm:y"}', measured_mib=2000)  # the stack
+    assert [r.implausible for r in measurements.flag_implausible([row, small])] == [
+        BEYOND_TENSORS,
+        "",
+    ]
+
+
+def test_runs_below_their_tensors_or_filling_the_card_beyond_them(tmp_path: Path) -> None:
+    # a run that read less than its traced tensors ended early: it and every larger
+    # batch are censored; a card filled by a reading beyond its tensors (vgg13 at 32 in
+    # the shared sheet: 39.6 GB, traced 2.6 GB) censors no larger batch
+    sheet = tmp_path / "timm.csv"
+    lines = ["Filename,Batch Size,Max GPU Memory (MiB),Last Numeric Value"]
+    series = {
+        "early": [(8, 9000, 6000), (16, 11000, 12000), (32, 30000, 24000)],
+        "filled": [(8, 6000, 900), (16, 7500, 1600), (32, 39577, 2609), (64, 13561, 5000)],
+        "tiny": [(8, 1731, 10)],
+    }
+    lines += [f"{name}_{b}.out,{b},{mib},{t}" for name, rs in series.items() for b, mib, t in rs]
+    sheet.write_text("\n".join(lines) + "\n")
+    censored = _timm_censored(sheet)
+    assert [censored[("timm:early", b)] for b in (8, 16, 32)] == [False, True, True]
+    assert not any(censored[("timm:filled", b)] for b in (8, 16, 32, 64))
 
 
 def test_a_crashed_run_below_a_kept_smaller_batch_is_flagged() -> None:
@@ -212,6 +243,11 @@ def test_the_committed_table_carries_the_rule_and_training_leaves_flagged_rows_o
 
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="the shared data folder is not beside the repo")
+def test_the_committed_table_is_what_extraction_gives() -> None:
+    assert measurements.extract(SHARED) == measurements.read()
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="the shared data folder is not beside the repo")
