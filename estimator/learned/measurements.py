@@ -191,9 +191,8 @@ def _timm_rows(path: Path) -> list[Measurement]:
     smaller batch did crashed before its peak was sampled (an OOM), and so did every
     larger batch, where its peak could have exceeded the card at all; where it could
     not, the reading is wrong in some other way, and the implausible-measurement rule
-    judges it. A run that read less than its traced tensors (FakeTensor) crashed too: a
-    step that finished held every one of them. A reading beyond its traced tensors
-    (`beyond_tensors`) is no peak to fall from, nor a card the run filled."""
+    judges it. A reading beyond its traced tensors (`beyond_tensors`) is no peak to fall
+    from, nor a card the run filled."""
     by_model: dict[str, list[dict[str, str]]] = {}
     for row in csv.DictReader(path.open(encoding="utf-8")):
         by_model.setdefault(row["Filename"].rsplit("_", 1)[0], []).append(row)
@@ -210,7 +209,6 @@ def _timm_rows(path: Path) -> list[Measurement]:
             crashed = (
                 crashed
                 or (measured >= CENSORED_MIB and not beyond)
-                or measured < tensors
                 or (fell and _could_exceed_card(batch, reached))
             )
             if not beyond:

@@ -66,9 +66,14 @@ def plausible(row: Measurement) -> bool:
     """Whether the run's peak can be a job's truth: not flagged by the estimator's
     implausible-measurement rule (`measurements.implausible_runs`: a peak falling as the
     batch grows, growing faster than it, one value at batches 4x apart, or far beyond
-    the run's traced tensors; 463 timm runs), and not censored (at the card's limit, or
-    crashed: below a smaller batch's peak or its own traced tensors)."""
-    return not row.implausible and not row.censored
+    the run's traced tensors; 498 timm runs), not censored at the card's limit, and not
+    below FakeTensor's tensor-only peak of the same run (a device peak holds every
+    tensor, so such a run ended early; 63 timm runs the rule does not flag)."""
+    return (
+        not row.implausible
+        and not row.censored
+        and not (row.faketensor_mib and row.faketensor_mib > row.measured_mib)
+    )
 
 
 def claim_ratios(rows: Sequence[Measurement]) -> list[float]:

@@ -158,21 +158,18 @@ def test_a_run_alone_beyond_its_tensors_is_flagged() -> None:
     ]
 
 
-def test_runs_below_their_tensors_or_filling_the_card_beyond_them(tmp_path: Path) -> None:
-    # a run that read less than its traced tensors ended early: it and every larger
-    # batch are censored; a card filled by a reading beyond its tensors (vgg13 at 32 in
-    # the shared sheet: 39.6 GB, traced 2.6 GB) censors no larger batch
+def test_a_card_filled_beyond_its_tensors_censors_no_larger_batch(tmp_path: Path) -> None:
+    # vgg13 at 32 in the shared sheet: 39.6 GB, traced 2.6 GB, between runs that
+    # grow with the batch; a card filled by a reading beyond its tensors is no crash
     sheet = tmp_path / "timm.csv"
     lines = ["Filename,Batch Size,Max GPU Memory (MiB),Last Numeric Value"]
     series = {
-        "early": [(8, 9000, 6000), (16, 11000, 12000), (32, 30000, 24000)],
         "filled": [(8, 6000, 900), (16, 7500, 1600), (32, 39577, 2609), (64, 13561, 5000)],
         "tiny": [(8, 1731, 10)],
     }
     lines += [f"{name}_{b}.out,{b},{mib},{t}" for name, rs in series.items() for b, mib, t in rs]
     sheet.write_text("\n".join(lines) + "\n")
     censored = _timm_censored(sheet)
-    assert [censored[("timm:early", b)] for b in (8, 16, 32)] == [False, True, True]
     assert not any(censored[("timm:filled", b)] for b in (8, 16, 32, 64))
 
 

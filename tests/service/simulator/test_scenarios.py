@@ -52,7 +52,7 @@ JOBS = _jobs(400)
 def test_implausible_measurements_are_never_a_jobs_truth() -> None:
     rows = measurements.read()
     flagged = {(r.model, r.batch_size) for r in rows if r.implausible}
-    assert len(flagged) == 463  # the estimator's rule flags 463 timm runs
+    assert len(flagged) == 498  # the estimator's rule flags 498 timm runs
     assert not any(workload.plausible(r) for r in rows if r.implausible)
     picked = {(job.model, job.spec.batch_size) for job in JOBS}
     assert picked and not picked & flagged
