@@ -66,7 +66,7 @@ ALLOCATOR_SEGMENT_MIB = 20.0
 # 2 x (1 + 1) = TENSOR_FACTOR times the tensors. A reading beyond that held memory
 # sized by the free card rather than by the training (trial workspaces the caching
 # allocator kept) or is stale: it is flagged whatever the configuration's other runs
-# show. The data has no gap there (28 timm runs beyond 4x, 25 more beyond 3x).
+# show. The data has no gap there (28 timm runs beyond 4x, 18 more beyond 3x).
 TENSOR_FACTOR = 4.0
 # Sets of runs are enumerated per configuration (2^n): the shared sheets have at most
 # 5 batch sizes per configuration; a larger series is an error, not a slow extraction.
