@@ -512,7 +512,8 @@ def flag_implausible(rows: list[Measurement]) -> list[Measurement]:
             )
             for i in members
         ]
-        activations = _activations_mib([rows[i] for i in members])
+        # the same-peak rule compares pairs: a lone run needs no analytical terms
+        activations = _activations_mib([rows[i] for i in members]) if len(members) > 1 else None
         for i, rule in zip(members, implausible_runs(runs, activations), strict=True):
             flagged[i] = replace(rows[i], implausible=rule)
     return flagged

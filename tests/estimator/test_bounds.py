@@ -89,20 +89,26 @@ def test_runs_at_one_batch_size_are_judged_alike_in_either_order() -> None:
 
 
 def test_a_fall_is_a_crash_only_where_the_peak_could_reach_the_card(tmp_path: Path) -> None:
-    sheet = tmp_path / "timm.csv"
-    lines = ["Filename,Batch Size,Max GPU Memory (MiB),Last Numeric Value"]
     series = {
         "big": [(8, 15000), (16, 30000), (32, 9000), (64, 12000)],  # 32 could need 66 GB
         "small": [(8, 7091), (16, 3677), (32, 5447), (64, 8919)],  # 16 needs 15.6 GB at most
         "full": [(8, 20000), (16, 39500), (32, 38000)],  # 16 filled the card
     }
     # each run's traced tensors as large as its reading: none is beyond them
-    lines += [f"{name}_{b}.out,{b},{mib},{mib}" for name, runs in series.items() for b, mib in runs]
-    sheet.write_text("\n".join(lines) + "\n")
-    censored = _timm_censored(sheet)
+    traced = {name: [(b, mib, mib) for b, mib in runs] for name, runs in series.items()}
+    censored = _timm_censored(_timm_sheet(tmp_path, traced))
     assert [censored[("timm:big", b)] for b in (8, 16, 32, 64)] == [False, False, True, True]
     assert not any(censored[("timm:small", b)] for b in (8, 16, 32, 64))
     assert [censored[("timm:full", b)] for b in (8, 16, 32)] == [False, True, True]
+
+
+def _timm_sheet(tmp_path: Path, series: dict[str, list[tuple[int, int, int]]]) -> Path:
+    """A timm sheet of (batch, measured MiB, traced tensors MiB) runs by model name."""
+    sheet = tmp_path / "timm.csv"
+    lines = ["Filename,Batch Size,Max GPU Memory (MiB),Last Numeric Value"]
+    lines += [f"{name}_{b}.out,{b},{mib},{t}" for name, rs in series.items() for b, mib, t in rs]
+    sheet.write_text("\n".join(lines) + "\n")
+    return sheet
 
 
 def _timm_censored(sheet: Path) -> dict[tuple[str, int], bool]:
@@ -130,12 +136,9 @@ def test_a_fall_from_a_reading_beyond_its_tensors_is_no_crash(tmp_path: Path) ->
     # mobilevitv2_125 in the shared timm sheet: 30.1 GB at batch 8 (traced 1.6 GB),
     # then 8.5 and 9.4 GB at 16 and 32 (traced 3.2 and 6.5 GB), which grow as physics
     # allows; "tiny" sets the campaign's stack (its smallest reading)
-    sheet = tmp_path / "timm.csv"
-    lines = ["Filename,Batch Size,Max GPU Memory (MiB),Last Numeric Value"]
     series = {"inflated": [(8, 30137, 1621), (16, 8535, 3241), (32, 9387, 6480)]}
     series["tiny"] = [(8, 1731, 10)]
-    lines += [f"{name}_{b}.out,{b},{mib},{t}" for name, rs in series.items() for b, mib, t in rs]
-    sheet.write_text("\n".join(lines) + "\n")
+    sheet = _timm_sheet(tmp_path, series)
     censored = _timm_censored(sheet)
     assert not any(censored[("timm:inflated", b)] for b in (8, 16, 32))
     flags = {
@@ -161,15 +164,11 @@ def test_a_run_alone_beyond_its_tensors_is_flagged() -> None:
 def test_a_card_filled_beyond_its_tensors_censors_no_larger_batch(tmp_path: Path) -> None:
     # vgg13 at 32 in the shared sheet: 39.6 GB, traced 2.6 GB, between runs that
     # grow with the batch; a card filled by a reading beyond its tensors is no crash
-    sheet = tmp_path / "timm.csv"
-    lines = ["Filename,Batch Size,Max GPU Memory (MiB),Last Numeric Value"]
     series = {
         "filled": [(8, 6000, 900), (16, 7500, 1600), (32, 39577, 2609), (64, 13561, 5000)],
         "tiny": [(8, 1731, 10)],
     }
-    lines += [f"{name}_{b}.out,{b},{mib},{t}" for name, rs in series.items() for b, mib, t in rs]
-    sheet.write_text("\n".join(lines) + "\n")
-    censored = _timm_censored(sheet)
+    censored = _timm_censored(_timm_sheet(tmp_path, series))
     assert not any(censored[("timm:filled", b)] for b in (8, 16, 32, 64))
 
 
