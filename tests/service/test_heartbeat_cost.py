@@ -108,7 +108,20 @@ def test_statements_do_not_grow_with_the_attempts_a_heartbeat_carries(
         beat(client, one, 1, [running(job, offset=5)], name="a")
     with statements() as many:
         beat(client, eight, 8, [running(job, offset=5) for job in jobs], name="b")
+    few, many = without_token_reads(few), without_token_reads(many)
     assert len(many) == len(few), (few, many)
+
+
+def without_token_reads(seen: list[str]) -> list[str]:
+    """`seen` less the reads of API tokens, each its own read transaction (on SQLite a
+    BEGIN that service.db sends as a statement): they follow the clock (the load
+    shedder's each second, the token cache's expiry), not the request, and on a slow
+    database one falls inside a block now and then."""
+    reads = sum("FROM api_tokens" in sql for sql in seen)
+    kept = [sql for sql in seen if "FROM api_tokens" not in sql]
+    for _ in range(min(reads, kept.count("BEGIN"))):
+        kept.remove("BEGIN")
+    return kept
 
 
 def test_an_attempt_listed_twice_is_taken_once(client: TestClient) -> None:

@@ -18,7 +18,9 @@ from tests.conftest import register_node, submit
 @contextmanager
 def statements() -> Iterator[list[str]]:
     """Each statement's verb and first table, in the order sent while the block runs
-    (SQLite's BEGIN, which service.db sends as a statement, left out)."""
+    (SQLite's BEGIN, which service.db sends as a statement, left out, and the reads of
+    API tokens, which follow the clock rather than the request: the load shedder's each
+    second, the token cache's expiry)."""
     seen: list[str] = []
 
     def listen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
@@ -28,7 +30,9 @@ def statements() -> Iterator[list[str]]:
             return
         upper = [w.upper() for w in words]
         key = {"SELECT": "FROM", "INSERT": "INTO"}.get(verb, verb)
-        seen.append(f"{verb} {words[upper.index(key) + 1] if key in upper[1:] else ''}")
+        table = words[upper.index(key) + 1] if key in upper[1:] else ""
+        if table != "api_tokens":
+            seen.append(f"{verb} {table}")
 
     event.listen(Engine, "before_cursor_execute", listen)
     try:
