@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
+THREAD_PREFIX = "periodic: "  # each worker's thread is named this and what it does
+
 
 class Periodic:
     """Calls `tick` every `interval_s` on a daemon thread (first at once if `at_once`)
@@ -22,7 +24,7 @@ class Periodic:
         self._tick = tick
         self._at_once = at_once
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name=THREAD_PREFIX + name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()

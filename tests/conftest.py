@@ -8,6 +8,7 @@ comes from the real Alembic migrations; between tests every table is emptied.
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,7 @@ from service.app import create_app
 from service.auth import tokens
 from service.config import Settings, normalise_database_url
 from service.db import Base, make_engine, make_sessionmaker, transaction, upgrade
+from service.periodic import THREAD_PREFIX
 
 PG_URL_ENV = "COLLOC_TEST_PG_URL"
 
@@ -138,6 +140,12 @@ def make_client(settings: Settings, admin_token: str) -> Iterator[Any]:
     yield make
     for client in clients:
         client.__exit__(None, None, None)
+
+
+def on_periodic_thread() -> bool:
+    """Whether the caller is one of the app's background workers (service/periodic.py),
+    whose ticks follow the clock, not the requests a test counts statements of."""
+    return threading.current_thread().name.startswith(THREAD_PREFIX)
 
 
 def register_node(
