@@ -50,11 +50,13 @@ def start(tmp_path: Path, code: str, **env: str) -> tuple[RunStore, JobProcess]:
     return store, job
 
 
-def wait(job: JobProcess, timeout_s: float = 20) -> None:
+def wait(job: JobProcess, timeout_s: float = 20, grace_s: float = 10) -> None:
+    """Poll until `job` ends, SIGKILLing it `grace_s` after a SIGTERM it ignores (the
+    default leaves a slow machine time to act on a SIGTERM it honours)."""
     deadline = time.monotonic() + timeout_s
     while not poll(job):
         assert time.monotonic() < deadline, "job did not end"
-        kill_if_overdue(job, 0.5)
+        kill_if_overdue(job, grace_s)
         time.sleep(0.05)
 
 
@@ -126,7 +128,7 @@ def test_cancel_escalates_to_sigkill_for_the_whole_group(tmp_path: Path) -> None
     child = int(wait_for_file(tmp_path / "child.pid"))
     terminate(job)
     started = time.monotonic()
-    wait(job)
+    wait(job, grace_s=0.5)
     assert time.monotonic() - started >= 0.4  # SIGTERM was ignored until the grace ran out
     assert job.outcome == "cancelled" and job.exit_code == -9
     time.sleep(0.2)

@@ -34,7 +34,7 @@ def peak_seen(peak: int, job: dict[str, Any]) -> bool:
 
 
 def test_agent_kill_9_and_server_outage(colloc: LocalColloc) -> None:
-    long = submit(colloc, "long", simjob(2000, 40), 3000)
+    long = submit(colloc, "long", simjob(2000, 60), 3000)  # outlives the next ~40 s
     short = submit(colloc, "short", [*simjob(1000, 4), "--sm-pct", "10"], 2000)
     for job_id, peak in ((long, 2000), (short, 1000)):
         colloc.wait_until(job_id, partial(peak_seen, peak), f"showed its {peak} MiB peak")

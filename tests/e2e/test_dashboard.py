@@ -190,7 +190,7 @@ def test_dashboard_shows_the_cluster_and_a_job_through_its_life(
     # the estimated peak on whichever GPU model it gets
     estimates = colloc.http.post("/v1/estimate", json={"training": RESNET}).json()["estimates"]
     peaks = ",".join(f"{e['gpu_model']}={int(e['peak_mib'] * 0.9)}" for e in estimates)
-    spec = {"name": "resnet-dash", "training": RESNET, "command": simjob(peaks, 8, ramp=1)}
+    spec = {"name": "resnet-dash", "training": RESNET, "command": simjob(peaks, 20, ramp=1)}
     response = colloc.http.post("/v1/jobs", json=spec)
     assert response.status_code == 201, response.text
     job_id = int(response.json()["id"])

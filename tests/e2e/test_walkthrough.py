@@ -190,8 +190,13 @@ def test_a_gang_job_waits_for_gpus_on_one_node_and_says_so(up: Up) -> None:
 
 
 def test_filters_totals_formats_and_watch(up: Up) -> None:
-    for i in range(3):
-        up.submit({"name": f"quick-{i}", "memory_mib": 500, "command": ["true"]})
+    quick = [
+        up.submit({"name": f"quick-{i}", "memory_mib": 500, "command": ["true"]}) for i in range(3)
+    ]
+    held = up.submit({"name": "held", "memory_mib": 500, "command": ["sleep", "600"]})
+    up.ok("cancel", str(held))  # a cancelled job of this test's own, whatever ran before
+    assert up.wait(quick[0], FINAL)["state"] == "succeeded"
+    assert up.wait(held, FINAL)["state"] == "cancelled"
     total = json.loads(up.ok("jobs", "-o", "json"))["total"]
     assert up.ok("jobs", "--limit", "2").splitlines()[-1] == (
         f"showing 2 of {total} jobs (--limit N shows more)"

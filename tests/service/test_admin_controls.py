@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
-from sqlalchemy import update
+from sqlalchemy import select, update
 
 from service.cli import build_parser, run_command
 from service.config import Settings
 from service.db import transaction, utcnow
 from service.jobs.lifecycle import stop_overdue
+from service.jobs.models import Attempt
 from service.nodes.admin import enforce_drain_deadlines
 from service.nodes.models import Node
 from service.scheduling.loop import SchedulerLoop
@@ -129,9 +130,12 @@ def test_a_job_past_its_time_limit_is_stopped_and_ends_timeout(make_client: Any)
     beat(client, node, [running(job["id"]), running(job["id"] - 1)])
     sessions = client.app.state.sessions
     with transaction(sessions) as session:
-        assert stop_overdue(session=session, now=utcnow() + timedelta(seconds=59)) == []
+        started = session.scalar(select(Attempt.started_at).where(Attempt.job_id == job["id"]))
+    assert started is not None
     with transaction(sessions) as session:
-        assert stop_overdue(session=session, now=utcnow() + timedelta(seconds=61)) == [job["id"]]
+        assert stop_overdue(session=session, now=started + timedelta(seconds=59)) == []
+    with transaction(sessions) as session:
+        assert stop_overdue(session=session, now=started + timedelta(seconds=61)) == [job["id"]]
     reply = beat(client, node, [running(job["id"]), running(job["id"] - 1)])
     assert reply["cancellations"] == [{"job_id": job["id"], "attempt": 1}]
     beat(client, node, [exited(job["id"], code=143), running(job["id"] - 1)])

@@ -119,7 +119,8 @@ def test_utilization_per_gpu_model_and_per_user(client: TestClient) -> None:
         running(theirs) | {"current_mib_by_gpu": {GPU0: 5000}},
     ]
     beat(client, node, now_using, used=8000)
-    start = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    # a day ago on the hour: whole steps, within the samples the server keeps
+    start = (datetime.now(UTC) - timedelta(days=1)).replace(minute=0, second=0, microsecond=0)
     with transaction(client.app.state.sessions) as session:  # type: ignore[attr-defined]
         for minute in range(4):
             take_sample(session, start + timedelta(minutes=minute))
@@ -128,7 +129,8 @@ def test_utilization_per_gpu_model_and_per_user(client: TestClient) -> None:
     series = {s["key"]: s["points"] for s in by_model["series"]}
     assert set(series) == {T4, A100} and by_model["step_s"] == 120
     t4 = series[T4]
-    assert [p["at"] for p in t4] == ["2026-12-01T12:00:00Z", "2026-12-01T12:02:00Z"]
+    steps = [start + timedelta(minutes=m) for m in (0, 2)]
+    assert [p["at"] for p in t4] == [at.isoformat().replace("+00:00", "Z") for at in steps]
     assert t4[0] | {"at": None} == {
         "at": None,
         "gpus": 1,
