@@ -10,7 +10,8 @@ from tests.e2e.harness import running, simjob
 
 def test_a_job_stopped_by_its_agents_shutdown_runs_again(tmp_path: Path, database_url: str) -> None:
     with running(tmp_path, database_url, env={"COLLOC_OOM_BACKOFF_S": "0"}) as colloc:
-        spec = {"name": "j", "command": simjob(500, 4), "memory_mib": 1000, "gpu_models": ["T4"]}
+        # 12 s: still running when its agent is stopped, however slow the machine
+        spec = {"name": "j", "command": simjob(500, 12), "memory_mib": 1000, "gpu_models": ["T4"]}
         response = colloc.http.post("/v1/jobs", json=spec)
         assert response.status_code == 201, response.text
         job_id = int(response.json()["id"])
