@@ -140,9 +140,11 @@ def test_concurrent_simjobs_never_overfill_a_gpu(tmp_path: Path) -> None:
     store = SimulatedGpuStore(tmp_path)
     store.create(GpuInfo(uuid="GPU-shared", index=0, model="Tesla T4", memory_total_mib=10000))
     env = {**os.environ, STATE_ENV: str(tmp_path), "CUDA_VISIBLE_DEVICES": "GPU-shared"}
+    # each holds its 3000 MiB for 15 s: long past the last one's start on a slow machine
+    command = [sys.executable, "-m", "service.cli", "simjob", "--peak-mib", "3000"]
     jobs = [
         subprocess.Popen(
-            [sys.executable, "-m", "service.cli", "simjob", "--peak-mib", "3000", "--seconds", "8"],
+            [*command, "--seconds", "15"],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
