@@ -5,40 +5,29 @@ estimated with what the estimator learned is tests/service/test_fixed_cost_offse
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
-
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, event
 
-from tests.conftest import on_periodic_thread, register_node, submit
+from tests.conftest import register_node, submit
+from tests.service.test_heartbeat_cost import statements
 
 
-@contextmanager
-def statements() -> Iterator[list[str]]:
-    """Each statement's verb and first table, in the order sent while the block runs
-    (SQLite's BEGIN, which service.db sends as a statement, left out, and what follows
-    the clock rather than the request: the background workers' ticks, and the reads of
-    API tokens, the load shedder's each second and the token cache's on expiry)."""
+def verbs_and_tables(sent: list[str]) -> list[str]:
+    """Each statement's verb and first table, in the order sent (SQLite's BEGIN, which
+    service.db sends as a statement, left out, and the reads of API tokens, which follow
+    the clock rather than the request: the load shedder's each second, the token
+    cache's on expiry)."""
     seen: list[str] = []
-
-    def listen(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
-        words = statement.replace('"', "").split()
+    for sql in sent:
+        words = sql.replace('"', "").split()
         verb = words[0].upper()
-        if verb == "BEGIN" or on_periodic_thread():
-            return
+        if verb == "BEGIN":
+            continue
         upper = [w.upper() for w in words]
         key = {"SELECT": "FROM", "INSERT": "INTO"}.get(verb, verb)
         table = words[upper.index(key) + 1] if key in upper[1:] else ""
         if table != "api_tokens":
             seen.append(f"{verb} {table}")
-
-    event.listen(Engine, "before_cursor_execute", listen)
-    try:
-        yield seen
-    finally:
-        event.remove(Engine, "before_cursor_execute", listen)
+    return seen
 
 
 def test_a_plain_submit_sends_three_statements(client: TestClient) -> None:
@@ -47,5 +36,5 @@ def test_a_plain_submit_sends_three_statements(client: TestClient) -> None:
     submit(client, memory_mib=1000)  # the token and the cluster's make-up remembered
     with statements() as sent:
         job = submit(client, memory_mib=2000)
-    assert sent == ["SELECT events", "INSERT jobs", "INSERT events"]
+    assert verbs_and_tables(sent) == ["SELECT events", "INSERT jobs", "INSERT events"]
     assert job["state"] == "pending" and job["attempts"] == [] and job["estimates"] == []
