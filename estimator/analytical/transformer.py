@@ -231,9 +231,23 @@ def transformer_memory(
     if not flash_attention and checkpointing == "none":
         largest = max(largest, dims.heads * s_local * seq_len * batch)
     transient = 2 * largest / t * element_bytes
+    head_input = 0.0
+    if t > 1:
+        # what tensor parallelism gathers whole on every rank. A column-parallel
+        # matmul's backward holds its input's gradient whole until the all-reduce (the
+        # reduce-scatter under sequence parallelism) and, under sequence parallelism,
+        # its input gathered whole again, where the counts above keep a shard
+        # (torchtitan's DTensor plan saves the gathered input; Megatron-LM saves the
+        # shard and gathers it again in backward). The output projection is such a
+        # matmul: its input, the final norm's output, is kept whole for its weight
+        # gradient. (At t = 1 that tensor is s*b*h beside the logits' 12*s*b*vocab
+        # bytes, under 1%, and left out as the norms' statistics are.)
+        gathered = sbh * (2 - 1 / t if sp else 1)
+        transient = max(transient, largest / t * element_bytes + gathered * element_bytes)
+        head_input = sbh * element_bytes
     first = stage_layers * in_flight_microbatches(parallel) + embedding + recompute + transient
-    last = stage_layers + logits + recompute + transient
-    activations = max(first, last) if p > 1 else first + logits
+    last = stage_layers + logits + head_input + recompute + transient
+    activations = max(first, last) if p > 1 else first + logits + head_input
 
     experts = expert_layer_params(dims) / (t * parallel.ep)
     block = (layer_params(dims) - expert_layer_params(dims)) / t

@@ -154,6 +154,32 @@ def test_context_and_sequence_parallelism_split_activations() -> None:
     assert sp4 < tp4 < one
 
 
+def test_tensor_parallelism_holds_gathered_tensors_whole() -> None:
+    # Llama-8B, tp 8 with sequence parallelism, full checkpointing, one sequence of 8192
+    s, h, ffn, t, vocab = SEQ, 4096, 14336, 8, 128256
+    spec = llama_spec(
+        parallelism={"dp": 2, "tp": t, "zero_stage": 3, "sequence_parallel": True},
+        activation_checkpointing="full",
+    )
+    kept = s * h * 2 / t  # each block's input, a shard of the sequence
+    # the recomputed block: norm and matmul inputs (4 sbh), Q and the output (2 sbh),
+    # K and V (2 x 1/4 sbh), four ffn-wide MLP tensors, all split over the 8 ranks
+    whole = (4 * h + (2 + 2 / 4) * h + 4 * ffn) * s * 2 / t
+    # the backward of the widest column-parallel matmul (w1): its output's gradient
+    # (a shard), its input's gradient and its input gathered again (whole, less the
+    # shard counted in `whole`)
+    transient = (ffn / t + h * (2 - 1 / t)) * s * 2
+    expected = (
+        32 * kept
+        + s * h * 2 / t  # the embedding output
+        + (whole - kept)
+        + transient
+        + vocab / t * s * 12  # the vocab-parallel loss
+        + s * h * 2  # the output projection's input, gathered whole
+    )
+    assert breakdown(spec, None).activations == pytest.approx(expected / MIB)
+
+
 def test_fsdp_with_pipeline_keeps_the_stage_gathered() -> None:
     spec = llama_spec(
         parallelism={"dp": 8, "pp": 4, "zero_stage": 3, "microbatches": 8},
