@@ -3,10 +3,11 @@
 Without checkpointing, activations follow Korthikanti et al. 2022, "Reducing Activation
 Recomputation in Large Transformer Models", section 4: per layer and 16-bit activations,
 `s*b*h*(34 + 5*a*s/h)` bytes, of which `10*s*b*h` stay replicated under tensor
-parallelism unless sequence parallelism splits them too. The same terms are counted in
-elements (times the activation width) and masks (1 byte), so fp32, grouped-query
-attention (K and V scaled by kv_heads/heads), gated MLPs, mixtures of experts and flash
-attention (no s^2 scores; Dao et al. 2022) fit in.
+parallelism unless sequence parallelism splits them too (what a matmul gathers over
+the tensor-parallel ranks is whole again while its backward runs). The same terms are
+counted in elements (times the activation width) and masks (1 byte), so fp32,
+grouped-query attention (K and V scaled by kv_heads/heads), gated MLPs, mixtures of
+experts and flash attention (no s^2 scores; Dao et al. 2022) fit in.
 
 Selective checkpointing is op-level, as torchtitan applies it
 (torchtitan/distributed/activation_checkpoint.py, `_apply_op_sac`): inside each
