@@ -111,8 +111,11 @@ def layer_activation_bytes(
     flash_attention: bool,
     checkpointing: str,
     expert_parallel: bool = False,
+    keys: int | None = None,
 ) -> LayerActivations:
-    """One layer's saved activations (Korthikanti et al. 2022, eq. 1-2 generalised)."""
+    """One layer's saved activations (Korthikanti et al. 2022, eq. 1-2 generalised) for
+    `seq_len` query tokens that attend to `keys` (default: as many; under context
+    parallelism a rank's queries attend to the whole sequence)."""
     s, b, h, a = seq_len, batch, dims.hidden, dims.heads
     tokens = s * b
     if checkpointing == "full":
@@ -135,29 +138,40 @@ def layer_activation_bytes(
         mlp_elements = tokens * per_unit * dims.ffn
     sharded = (2 + 2 * kv_share) * tokens * h * element_bytes + mlp_elements * element_bytes
     if not flash_attention:
-        scores = a * s * s * b
+        scores = a * s * (keys or s) * b
         # softmax output and dropout output (16-bit each) plus the dropout mask
         sharded += scores * (element_bytes * (2 if dims.dropout else 1) + mask)
     return LayerActivations(replicated=replicated, sharded=sharded)
 
 
-def in_flight_microbatches(parallel: Parallelism) -> float:
-    """Micro-batches whose activations the first pipeline stage holds at once.
+# Model chunks per rank under the interleaved schedule: torchtitan's default for its
+# multi-stage schedules (two stages per rank unless a split is given), and the most
+# activations any interleaving holds (fewer chunks, longer warm-up; see below).
+INTERLEAVED_CHUNKS = 2
 
-    1F1B holds min(p, m) (Narayanan et al. 2021, "Efficient Large-Scale Language Model
-    Training on GPU Clusters"), GPipe all m (Huang et al. 2019), and the interleaved
-    schedule 1F1B's times (1 + (p-1)/(p*m)) (Korthikanti et al. 2022, section 4.2.3).
+
+def in_flight_microbatches(parallel: Parallelism) -> tuple[float, float]:
+    """Micro-batches whose activations the first and the last pipeline stage hold at
+    once, in whole stages' worth.
+
+    1F1B: the first stage min(p, m), the last one (Narayanan et al. 2021, "Efficient
+    Large-Scale Language Model Training on GPU Clusters"). GPipe: every stage all m
+    (Huang et al. 2019). Interleaved with v chunks of a stage's layers per rank: rank r
+    runs 2(p-1-r) + (v-1)p warm-up chunk forwards before its first backward (Narayanan
+    et al.'s schedule; torch.distributed.pipelining's Interleaved1F1B alike), so the
+    first rank holds p + (p-1)/v stages' worth (Korthikanti et al. 2022, section 4.2.3:
+    p(1 + (p-1)/(pv))) and the last ((v-1)p + 1)/v; neither more than m.
     """
     p = parallel.pp
-    m = parallel.microbatches or p
+    m = float(parallel.microbatches or p)
     if p == 1:
-        return 1.0
+        return 1.0, 1.0
     if parallel.pp_schedule == "gpipe":
-        return float(m)
-    held = float(min(p, m))
+        return m, m
     if parallel.pp_schedule == "interleaved":
-        held *= 1 + (p - 1) / (p * m)
-    return held
+        v = INTERLEAVED_CHUNKS
+        return min(m, p + (p - 1) / v), min(m, ((v - 1) * p + 1) / v)
+    return min(float(p), m), 1.0
 
 
 @dataclass(frozen=True)
@@ -202,7 +216,14 @@ def transformer_memory(
     def layer(mode: str) -> float:
         return _per_layer(
             layer_activation_bytes(
-                dims, s_local, batch, element_bytes, flash_attention, mode, expert_parallel=ep
+                dims,
+                s_local,
+                batch,
+                element_bytes,
+                flash_attention,
+                mode,
+                expert_parallel=ep,
+                keys=seq_len,
             ),
             t,
             sp,
@@ -226,7 +247,17 @@ def transformer_memory(
     # gradient (`_log_softmax_backward_data` reads the output): 12 bytes per logit at
     # least. Vocab split over tensor-parallel ranks (Megatron's vocab-parallel cross
     # entropy, torchtitan's loss_parallel)
-    logits = s_local * batch * dims.vocab / t * max(element_bytes + 8, 12)
+    logit_elements = s_local * batch * dims.vocab / t
+    logits = logit_elements * max(element_bytes + 8, 12)
+    held_first, held_last = in_flight_microbatches(parallel)
+    if p > 1:
+        # torch.distributed.pipelining (torchtitan) keeps every micro-batch's output,
+        # the logits, on the last stage until the step ends (`output_chunks`, merged
+        # into the step's output); under GPipe each earlier micro-batch's loss also
+        # keeps its fp32 log-softmax for its backward. (Megatron-LM's last stage
+        # returns the loss alone: for it this errs high.)
+        kept = element_bytes + (4 if parallel.pp_schedule == "gpipe" else 0)
+        logits += ((parallel.microbatches or p) - 1) * logit_elements * kept
     # backward holds the gradients of the largest tensor's input and output at once
     largest = s_local * batch * (dims.expert_ffn if dims.moe else dims.ffn)
     if not flash_attention and checkpointing == "none":
@@ -246,8 +277,8 @@ def transformer_memory(
         gathered = sbh * (2 - 1 / t if sp else 1)
         transient = max(transient, largest / t * element_bytes + gathered * element_bytes)
         head_input = sbh * element_bytes
-    first = stage_layers * in_flight_microbatches(parallel) + embedding + recompute + transient
-    last = stage_layers + logits + head_input + recompute + transient
+    first = stage_layers * held_first + embedding + recompute + transient
+    last = stage_layers * held_last + logits + head_input + recompute + transient
     activations = max(first, last) if p > 1 else first + logits + head_input
 
     experts = expert_layer_params(dims) / (t * parallel.ep)

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from pydantic import ValidationError
 
 from estimator.analytical.hf import moe_from_hf_config
 from estimator.analytical.model import MIB, SpecError, breakdown, resolve
-from estimator.analytical.transformer import layer_activation_bytes, total_params
+from estimator.analytical.transformer import (
+    in_flight_microbatches,
+    layer_activation_bytes,
+    total_params,
+)
 from estimator.spec import Parallelism, TrainingSpec, TransformerDims
 
 # Llama-3.1-8B (meta-llama/Llama-3.1-8B config.json)
@@ -39,6 +43,7 @@ MIXTRAL = {
     "tie_word_embeddings": False,
 }
 SEQ = 8192
+Schedule = Literal["1f1b", "gpipe", "interleaved"]
 
 
 def llama_spec(**kw: Any) -> TrainingSpec:
@@ -196,6 +201,56 @@ def test_fsdp_with_pipeline_keeps_the_stage_gathered() -> None:
     assert terms.gradients == pytest.approx((params * 4 / 8 + stage * 4) / MIB, rel=1e-6)
     no_pp = breakdown(llama_spec(parallelism={"dp": 8, "zero_stage": 3}), None)
     assert terms.weights + terms.gradients > (no_pp.weights + no_pp.gradients) / 4
+
+
+def test_pipeline_schedules_hold_their_warm_up() -> None:
+    def held(schedule: Schedule, m: int) -> tuple[float, float]:
+        return in_flight_microbatches(Parallelism(pp=8, microbatches=m, pp_schedule=schedule))
+
+    # 1F1B: the first stage p micro-batches, the last one
+    assert held("1f1b", 32) == (8, 1)
+    assert held("1f1b", 4) == (4, 1)
+    # interleaved, two chunks a rank: 2(p-1) + p warm-up chunk forwards, plus the one
+    # running, of half a stage each on the first rank; p of them on the last
+    assert held("interleaved", 32) == ((2 * 7 + 8 + 1) / 2, (8 + 1) / 2)
+    assert held("interleaved", 128) == held("interleaved", 32)  # not fewer with more
+    # GPipe: every forward before any backward
+    assert held("gpipe", 32) == (32, 32)
+
+
+def test_the_last_stage_keeps_every_micro_batch_output() -> None:
+    # pp 32 over Llama-8B's 32 blocks: the last stage (one block, the logits) is the
+    # busiest; torch.distributed.pipelining keeps each micro-batch's logits until the
+    # step ends, and under GPipe each one's fp32 log-softmax too
+    def activations(schedule: str, m: int) -> float:
+        return breakdown(
+            llama_spec(
+                parallelism={"pp": 32, "microbatches": m, "pp_schedule": schedule},
+                activation_checkpointing="full",
+            ),
+            None,
+        ).activations
+
+    logits = 128256 * SEQ
+    assert activations("1f1b", 8) - activations("1f1b", 4) == pytest.approx(4 * logits * 2 / MIB)
+    block_input = SEQ * 4096 * 2
+    assert activations("gpipe", 8) - activations("gpipe", 4) == pytest.approx(
+        4 * (logits * (2 + 4) + block_input) / MIB
+    )
+
+
+def test_context_parallel_scores_span_the_whole_sequence() -> None:
+    # without flash attention a rank's queries (s/cp) attend to every key (s): the saved
+    # scores halve with cp 2, as every other per-token term does
+    def activations(cp: int) -> float:
+        spec = llama_spec(
+            flash_attention=False,
+            activation_checkpointing="none",
+            parallelism={"dp": 8 // cp, "cp": cp, "zero_stage": 3},
+        )
+        return breakdown(spec, None).activations
+
+    assert activations(2) == pytest.approx(activations(1) / 2)
 
 
 def test_fp8_keeps_bf16_activations_and_adds_weight_casts() -> None:
