@@ -58,6 +58,15 @@ class TransformerDims(Strict):
             problems.append(
                 f"experts_per_token ({self.experts_per_token}) exceeds experts ({self.experts})"
             )
+        widths = [
+            name
+            for name in ("expert_ffn_hidden", "shared_expert_ffn")
+            if getattr(self, name) and not self.moe
+        ]
+        if widths:
+            problems.append(
+                f"{' and '.join(widths)} describe a mixture of experts: needs experts > 1"
+            )
         if self.hidden % self.heads:
             problems.append(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if self.kv_heads is not None and self.heads % self.kv_heads:

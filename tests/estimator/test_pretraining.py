@@ -340,6 +340,9 @@ def test_specs_that_do_not_fit_experts() -> None:
         breakdown(mixtral_spec(dp=16, ep=16), None)
     with pytest.raises(ValidationError, match="checkpoint_every needs"):
         llama_spec(activation_checkpointing="full", checkpoint_every=2)
+    widths = {"expert_ffn_hidden": 1024, "shared_expert_ffn": 1024}
+    with pytest.raises(ValidationError, match="shared_expert_ffn describe a mixture of experts"):
+        TransformerDims.model_validate({**LLAMA_8B.model_dump(), **widths})
 
 
 def test_bigger_jobs_need_more_and_more_ranks_need_less() -> None:
