@@ -165,6 +165,11 @@ class Parallelism(Strict):
         return self
 
     @property
+    def ranks(self) -> int:
+        """GPUs the split spans: dp x tp x pp x cp (experts split data-like ranks)."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
     def shard_group(self) -> int:
         """Ranks that ZeRO/FSDP shards model states over (1 without ZeRO)."""
         if self.zero_stage == 0:

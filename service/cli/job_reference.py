@@ -80,7 +80,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
             "catalogued and traced models count attention as a GPU runs it)"
         ),
         "master_weights": "fp16/bf16/fp8: keep fp32 master weights in the optimizer",
-        "parallelism": "how the job is split (see `training.parallelism`)",
+        "parallelism": (
+            "how the job is split (see `training.parallelism`); dp x tp x pp x cp, "
+            "if over 1, must equal `gpus`"
+        ),
     },
     "ModelRef": {
         "catalog": "a packaged torchvision, timm or Hugging Face name (`hf:bert-base-uncased`)",

@@ -7,7 +7,15 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AliasPath, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AliasPath,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from estimator.estimate import FIXED_TERMS, Estimate
 from estimator.spec import TrainingSpec
@@ -44,6 +52,19 @@ class JobCreate(BaseModel):
     training: TrainingSpec | None = None  # what the estimator reads
     preemptible: bool = False  # may be stopped (and requeued) for higher-priority jobs
     time_limit: TimeLimitS | None = None  # seconds an attempt may run (or "1h30m")
+
+    @model_validator(mode="after")
+    def _ranks_are_gpus(self) -> JobCreate:
+        """A training spec split over several ranks describes this job's GPUs: the
+        per-GPU estimate is reserved on each of them (one rank, the default, is taken
+        as every GPU running the spec, as plain data parallelism does)."""
+        ranks = self.training.parallelism.ranks if self.training else 1
+        if ranks > 1 and ranks != self.gpus:
+            raise ValueError(
+                f"training.parallelism spans {ranks} GPUs (dp x tp x pp x cp) but the job "
+                f"asks for {self.gpus}: set gpus to {ranks}, or describe this job's own split"
+            )
+        return self
 
 
 class JobPriority(BaseModel):

@@ -56,6 +56,19 @@ def test_bad_specs_get_clear_4xx_and_change_nothing(client: TestClient) -> None:
     assert client.get("/v1/jobs").json()["total"] == 0
 
 
+def test_a_training_split_over_several_gpus_must_be_the_jobs_gpus(client: TestClient) -> None:
+    register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)] * 4)
+    training = {"model": {"catalog": "resnet50"}, "batch_size": 8, "parallelism": {"dp": 4}}
+    one = client.post("/v1/jobs", json={"name": "x", "command": ["true"], "training": training})
+    assert one.status_code == 422, one.text
+    assert "spans 4 GPUs" in str(error_of(one)["message"])
+    assert client.get("/v1/jobs").json()["total"] == 0
+    four = submit(client, gpus=4, training=training)
+    assert four["gpus"] == 4
+    # one rank (the default split) is every GPU running the spec, as plain DDP does
+    submit(client, gpus=2, training={**training, "parallelism": {}})
+
+
 def test_unknown_gpu_model_error_lists_known_models(client: TestClient) -> None:
     register_node(client, "n1", [("Acme X1", 8000)])
     response = client.post("/v1/jobs", json={"name": "x", "command": ["a"], "gpu_models": ["Q"]})
