@@ -39,6 +39,9 @@ class TransformerDims(Strict):
     ffn_hidden: int | None = Field(default=None, ge=1, le=1 << 20)  # default 4 * hidden
     vocab: int = Field(default=32000, ge=1, le=1 << 22)
     kv_heads: int | None = Field(default=None, ge=1, le=4096)  # grouped-query attention
+    # one attention head's width where a config sets its own (Qwen3, Gemma: heads x
+    # head_dim need not be hidden); default hidden / heads
+    head_dim: int | None = Field(default=None, ge=1, le=1 << 14)
     gated_mlp: bool = False  # SwiGLU-style MLP (Llama, Mistral, Qwen)
     tied_embeddings: bool = True
     dropout: bool = True  # dropout masks are kept for backward
@@ -67,8 +70,11 @@ class TransformerDims(Strict):
             problems.append(
                 f"{' and '.join(widths)} describe a mixture of experts: needs experts > 1"
             )
-        if self.hidden % self.heads:
-            problems.append(f"hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if self.head_dim is None and self.hidden % self.heads:
+            problems.append(
+                f"hidden ({self.hidden}) must be a multiple of heads ({self.heads}), "
+                "or head_dim given"
+            )
         if self.kv_heads is not None and self.heads % self.kv_heads:
             problems.append(
                 f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})"
@@ -84,6 +90,16 @@ class TransformerDims(Strict):
     @property
     def kv(self) -> int:
         return self.kv_heads or self.heads
+
+    @property
+    def query_width(self) -> int:
+        """Width of the queries and of the attention's output: heads x head width."""
+        return self.heads * (self.head_dim or self.hidden // self.heads)
+
+    @property
+    def kv_width(self) -> float:
+        """Width of the keys (and of the values)."""
+        return self.query_width * self.kv / self.heads
 
     @property
     def moe(self) -> bool:

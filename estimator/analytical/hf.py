@@ -69,11 +69,7 @@ def dims_from_hf_config(config: dict[str, Any]) -> TransformerDims:
     values = {field: _first(config, keys) for field, keys in _ALIASES.items()}
     if values["kv_heads"] is None and config.get("multi_query"):
         values["kv_heads"] = 1  # Falcon-7B: one key/value head
-    head_width = _first(config, ("head_dim", "d_kv"))
-    hidden, heads = values["hidden"], values["heads"]
-    if hidden and heads and head_width and int(hidden) % int(heads):
-        # T5 v1.1 small (6 heads of 64 on 512): as many heads as the width holds
-        values["heads"] = int(hidden) // int(head_width)
+    head_width = _first(config, ("head_dim", "d_kv"))  # Qwen3, Gemma; T5
     missing = [
         f"{field} ({' / '.join(_ALIASES[field])})"
         for field in ("layers", "hidden", "heads")
@@ -91,6 +87,7 @@ def dims_from_hf_config(config: dict[str, Any]) -> TransformerDims:
         ffn_hidden=int(values["ffn_hidden"]) if values["ffn_hidden"] else None,
         vocab=int(values["vocab"] or 32000),
         kv_heads=int(values["kv_heads"]) if values["kv_heads"] else None,
+        head_dim=int(head_width) if head_width else None,
         gated_mlp=model_type in _GATED
         or bool(config.get("is_gated_act"))
         or str(config.get("feed_forward_proj", "")).startswith("gated-"),

@@ -42,8 +42,8 @@ def expert_layer_params(dims: TransformerDims) -> int:
 def layer_params(dims: TransformerDims) -> int:
     """Weights and biases of one block: attention, MLP (or router, experts and shared
     expert) and two norms."""
-    h, kv_width = dims.hidden, dims.hidden * dims.kv // dims.heads
-    attention = h * (h + 2 * kv_width) + h * h + (h + 2 * kv_width) + h
+    h, q, kv_width = dims.hidden, dims.query_width, int(dims.kv_width)
+    attention = h * (q + 2 * kv_width) + q * h + (q + 2 * kv_width) + h
     if dims.moe:
         shared = _mlp_matrices(dims) * h * dims.shared_expert_ffn
         mlp = h * dims.experts + shared + expert_layer_params(dims)
@@ -75,8 +75,8 @@ def _matmul_outputs(dims: TransformerDims) -> list[float]:
     the output projection, then the MLP's (w1, w3, w2 when gated), or for a mixture of
     experts the router and the shared expert's (the routed experts run as grouped
     matmuls, `aten._grouped_mm`, which torchtitan's save list leaves out)."""
-    h, kv_width = dims.hidden, dims.hidden * dims.kv / dims.heads
-    attention = [h, kv_width, kv_width, h]
+    h = dims.hidden
+    attention = [float(dims.query_width), dims.kv_width, dims.kv_width, h]
     if dims.moe:
         shared = dims.shared_expert_ffn
         mlp = [float(dims.experts)]
@@ -95,7 +95,7 @@ def _kept_by_op_sac(
     parallelism, the two all-to-all outputs (routed tokens out and back)."""
     saved = sum(_matmul_outputs(dims)[0::2])
     if flash:
-        saved += dims.hidden
+        saved += dims.query_width
     if dims.moe and expert_parallel:
         saved += 2 * dims.experts_per_token * dims.hidden
     return LayerActivations(
@@ -123,7 +123,6 @@ def layer_activation_bytes(
     if checkpointing == "selective":
         return _kept_by_op_sac(dims, tokens, element_bytes, flash_attention, expert_parallel)
     mask = 1.0 if dims.dropout else 0.0
-    kv_share = dims.kv / dims.heads
     # replicated: inputs of both norms, of the QKV projection and of the MLP; 2 masks
     replicated = 4 * tokens * h * element_bytes + 2 * tokens * h * mask
     # sharded: Q, K, V, attention output; the MLP intermediates (2 per ffn unit, 4 gated)
@@ -136,7 +135,9 @@ def layer_activation_bytes(
         mlp_elements = tokens * (routed + per_unit * dims.shared_expert_ffn)
     else:
         mlp_elements = tokens * per_unit * dims.ffn
-    sharded = (2 + 2 * kv_share) * tokens * h * element_bytes + mlp_elements * element_bytes
+    # Q and the attention's output, K and V
+    attention = 2 * (dims.query_width + dims.kv_width) * tokens
+    sharded = (attention + mlp_elements) * element_bytes
     if not flash_attention:
         scores = a * s * (keys or s) * b
         # softmax output and dropout output (16-bit each) plus the dropout mask

@@ -98,6 +98,7 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "ffn_hidden": "MLP width; none: 4 x hidden",
         "vocab": "vocabulary size",
         "kv_heads": "key/value heads (grouped-query attention); none: heads",
+        "head_dim": "width of one attention head (Qwen3, Gemma); none: hidden / heads",
         "gated_mlp": "SwiGLU-style MLP (Llama, Mistral, Qwen)",
         "tied_embeddings": "input and output embeddings shared",
         "dropout": "dropout masks kept for backward",

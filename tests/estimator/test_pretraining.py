@@ -93,6 +93,25 @@ def test_op_level_sac_keeps_every_other_matmul_output() -> None:
     assert full.replicated + full.sharded < kept.replicated + kept.sharded < expected
 
 
+def test_heads_wider_than_the_model_count_their_own_width() -> None:
+    # Qwen3-0.6B (config.json): 16 query and 8 key/value heads of 128 on a 1024 width
+    qwen3 = TransformerDims.model_validate(
+        {"layers": 28, "hidden": 1024, "heads": 16, "kv_heads": 8, "head_dim": 128}
+        | {"ffn_hidden": 3072, "vocab": 151936, "gated_mlp": True, "dropout": False}
+    )
+    assert total_params(qwen3) == pytest.approx(596049920, rel=2e-3)  # the catalog's count
+    s, q, kv, h = SEQ, 16 * 128, 8 * 128, 1024
+    whole = layer_activation_bytes(qwen3, s, 1, 2.0, True, "none")
+    # norm, QKV and MLP inputs (4 h); Q and the attention output (2 q); K and V (2 kv);
+    # four ffn-wide MLP tensors
+    assert whole.replicated + whole.sharded == pytest.approx(
+        (4 * h + 2 * q + 2 * kv + 4 * 3072) * s * 2
+    )
+    kept = layer_activation_bytes(qwen3, s, 1, 2.0, True, "selective")
+    # block input; q, v, w1, w2 outputs; the flash attention output (q wide)
+    assert kept.replicated + kept.sharded == pytest.approx((h + q + kv + 3072 + h + q) * s * 2)
+
+
 def test_llama_8b_activations_with_sac() -> None:
     terms = breakdown(llama_spec(), None)
     s = SEQ
