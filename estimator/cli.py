@@ -28,6 +28,8 @@ def load_specs(path: Path) -> list[TrainingSpec]:
     """One TrainingSpec or a list (a job spec's `training:` is taken too); ValueError."""
     data = read_yaml(path)
     items: list[Any] = data if isinstance(data, list) else [data]
+    if not items:
+        raise ValueError(f"{path} holds an empty list: no training spec to estimate")
     specs: list[TrainingSpec] = []
     problems: list[str] = []
     for number, item in enumerate(items, 1):
@@ -103,11 +105,13 @@ def run_estimate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     estimator = default_estimator()
+    refused = []  # every spec the estimator cannot use, after the others' answers
     for number, spec in enumerate(specs, 1):
         try:
             estimates = [estimator.estimate(spec, gpu) for gpu in gpus]
         except SpecError as exc:
-            return _fail(f"spec {number}: " + "; ".join(exc.problems))
+            refused.append(f"spec {number}: " + "; ".join(exc.problems))
+            continue
         for estimate in estimates:
             if args.json:
                 print(json.dumps(estimate.model_dump()))
@@ -116,6 +120,8 @@ def run_estimate(args: argparse.Namespace) -> int:
                     f"spec {number}  {estimate.gpu_model:<26} peak {estimate.peak_mib:>7} MiB"
                     f"  upper {estimate.upper_mib:>7} MiB  ({estimate.method})"
                 )
+    if refused:
+        return _fail("\n  ".join(refused))
     return 0
 
 

@@ -61,6 +61,28 @@ def test_cli_lists_every_problem_without_a_traceback(tmp_path: Path) -> None:
         assert "Traceback" not in output
 
 
+def test_cli_answers_every_spec_of_a_list_and_names_each_it_cannot_use(tmp_path: Path) -> None:
+    llama = {"transformer": {"layers": 2, "hidden": 64, "heads": 2}}
+    many = tmp_path / "many.json"
+    many.write_text(
+        json.dumps(
+            [
+                {"model": llama, "batch_size": 1, "seq_len": 8, "parallelism": {"pp": 4}},
+                {"model": {"catalog": "resnet50"}, "batch_size": 8},
+                {"model": llama, "batch_size": 1, "seq_len": 8, "parallelism": {"tp": 4}},
+            ]
+        )
+    )
+    result = colloc("estimate", str(many), "--gpu", "T4")
+    assert result.returncode == 2
+    assert [line.split()[:2] for line in result.stdout.splitlines()] == [["spec", "2"]]
+    assert "spec 1: " in result.stderr and "spec 3: " in result.stderr
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    result = colloc("estimate", str(empty))
+    assert result.returncode == 2 and "empty list" in result.stderr
+
+
 def test_cli_estimates_any_gpu(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
