@@ -105,7 +105,7 @@ def run_estimate(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(str(exc))
     estimator = default_estimator()
-    refused = []  # every spec the estimator cannot use, after the others' answers
+    refused: list[str] = []  # every spec the estimator cannot use, after the others' answers
     for number, spec in enumerate(specs, 1):
         try:
             estimates = [estimator.estimate(spec, gpu) for gpu in gpus]

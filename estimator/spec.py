@@ -68,7 +68,8 @@ class TransformerDims(Strict):
         ]
         if widths:
             problems.append(
-                f"{' and '.join(widths)} describe a mixture of experts: needs experts > 1"
+                f"{' and '.join(widths)} {'describe' if len(widths) > 1 else 'describes'} "
+                "a mixture of experts: needs experts > 1"
             )
         if self.head_dim is None and self.hidden % self.heads:
             problems.append(
@@ -92,14 +93,18 @@ class TransformerDims(Strict):
         return self.kv_heads or self.heads
 
     @property
-    def query_width(self) -> int:
-        """Width of the queries and of the attention's output: heads x head width."""
-        return self.heads * (self.head_dim or self.hidden // self.heads)
+    def head_width(self) -> int:
+        return self.head_dim or self.hidden // self.heads
 
     @property
-    def kv_width(self) -> float:
+    def query_width(self) -> int:
+        """Width of the queries and of the attention's output."""
+        return self.heads * self.head_width
+
+    @property
+    def kv_width(self) -> int:
         """Width of the keys (and of the values)."""
-        return self.query_width * self.kv / self.heads
+        return self.kv * self.head_width
 
     @property
     def moe(self) -> bool:

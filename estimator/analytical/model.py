@@ -226,8 +226,7 @@ def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: floa
 
 def communicates(spec: TrainingSpec) -> bool:
     """Whether the job talks to other GPUs (and so holds NCCL buffers)."""
-    par = spec.parallelism
-    return par.dp * par.tp * par.pp * par.cp > 1
+    return spec.parallelism.ranks > 1
 
 
 @dataclass(frozen=True)
@@ -321,7 +320,7 @@ def breakdown(
         )
         matrices = memory.matrices_local
         tokens = math.ceil(spec.seq_len / par.cp) * spec.batch_size
-        widest = max(dims.hidden, dims.expert_ffn if dims.moe else dims.ffn)
+        widest = max(dims.hidden, dims.query_width, dims.expert_ffn if dims.moe else dims.ffn)
         casts = fp8_cast_bytes(spec.precision, params.unit, tokens * widest / par.tp)
         activations = memory.activation_bytes + casts
     else:

@@ -42,7 +42,7 @@ def expert_layer_params(dims: TransformerDims) -> int:
 def layer_params(dims: TransformerDims) -> int:
     """Weights and biases of one block: attention, MLP (or router, experts and shared
     expert) and two norms."""
-    h, q, kv_width = dims.hidden, dims.query_width, int(dims.kv_width)
+    h, q, kv_width = dims.hidden, dims.query_width, dims.kv_width
     attention = h * (q + 2 * kv_width) + q * h + (q + 2 * kv_width) + h
     if dims.moe:
         shared = _mlp_matrices(dims) * h * dims.shared_expert_ffn
@@ -76,7 +76,7 @@ def _matmul_outputs(dims: TransformerDims) -> list[float]:
     experts the router and the shared expert's (the routed experts run as grouped
     matmuls, `aten._grouped_mm`, which torchtitan's save list leaves out)."""
     h = dims.hidden
-    attention = [float(dims.query_width), dims.kv_width, dims.kv_width, h]
+    attention = [dims.query_width, dims.kv_width, dims.kv_width, h]
     if dims.moe:
         shared = dims.shared_expert_ffn
         mlp = [float(dims.experts)]
@@ -146,8 +146,9 @@ def layer_activation_bytes(
 
 
 # Model chunks per rank under the interleaved schedule: torchtitan's default for its
-# multi-stage schedules (two stages per rank unless a split is given), and the most
-# activations any interleaving holds (fewer chunks, longer warm-up; see below).
+# multi-stage schedules (two stages per rank unless a split is given). On the first
+# rank, the busiest, no interleaving holds more (fewer chunks, longer warm-up; see
+# below).
 INTERLEAVED_CHUNKS = 2
 
 
@@ -161,7 +162,8 @@ def in_flight_microbatches(parallel: Parallelism) -> tuple[float, float]:
     runs 2(p-1-r) + (v-1)p warm-up chunk forwards before its first backward (Narayanan
     et al.'s schedule; torch.distributed.pipelining's Interleaved1F1B alike), so the
     first rank holds p + (p-1)/v stages' worth (Korthikanti et al. 2022, section 4.2.3:
-    p(1 + (p-1)/(pv))) and the last ((v-1)p + 1)/v; neither more than m.
+    p(1 + (p-1)/(pv))) and the last ((v-1)p + 1)/v; neither more than m (torch's
+    Interleaved1F1B, where p does not divide m, can hold slightly more).
     """
     p = parallel.pp
     m = float(parallel.microbatches or p)
@@ -251,35 +253,43 @@ def transformer_memory(
     logit_elements = s_local * batch * dims.vocab / t
     logits = logit_elements * max(element_bytes + 8, 12)
     held_first, held_last = in_flight_microbatches(parallel)
+    # micro-batches between their loss and its backward on the final stage: all of the
+    # step's under GPipe, else one (interleaving's warm-up runs earlier chunks)
+    losses = (parallel.microbatches or p) if p > 1 and parallel.pp_schedule == "gpipe" else 1
     if p > 1:
         # torch.distributed.pipelining (torchtitan) keeps every micro-batch's output,
         # the logits, on the last stage until the step ends (`output_chunks`, merged
-        # into the step's output); under GPipe each earlier micro-batch's loss also
-        # keeps its fp32 log-softmax for its backward. (Megatron-LM's last stage
-        # returns the loss alone: for it this errs high.)
-        kept = element_bytes + (4 if parallel.pp_schedule == "gpipe" else 0)
-        logits += ((parallel.microbatches or p) - 1) * logit_elements * kept
+        # into the step's output), here at the activation width (a model that returns
+        # them upcast to fp32, as torchtitan's Llama did in 2024, keeps twice that);
+        # each earlier loss in flight keeps its fp32 log-softmax for its backward.
+        # (Megatron-LM's last stage returns the loss alone: for it this errs high.)
+        logits += ((parallel.microbatches or p) - 1) * logit_elements * element_bytes
+        logits += (losses - 1) * logit_elements * 4
     # backward holds the gradients of the largest tensor's input and output at once
-    largest = s_local * batch * (dims.expert_ffn if dims.moe else dims.ffn)
+    mlp_width = s_local * batch * (dims.expert_ffn if dims.moe else dims.ffn)
+    largest = mlp_width
     if not flash_attention and checkpointing == "none":
         largest = max(largest, dims.heads * s_local * seq_len * batch)
     transient = 2 * largest / t * element_bytes
     head_input = 0.0
     if t > 1:
         # what tensor parallelism gathers whole on every rank. A column-parallel
-        # matmul's backward holds its input's gradient whole until the all-reduce (the
+        # matmul's backward (the MLP's first, the widest) holds, beside its output's
+        # gradient, its input's gradient whole until the all-reduce (the
         # reduce-scatter under sequence parallelism) and, under sequence parallelism,
-        # its input gathered whole again, where the counts above keep a shard
-        # (torchtitan's DTensor plan saves the gathered input; Megatron-LM saves the
-        # shard and gathers it again in backward). The output projection is such a
-        # matmul: its input, the final norm's output, is kept whole for its weight
-        # gradient. (At t = 1 that tensor is s*b*h beside the logits' 12*s*b*vocab
-        # bytes, under 1%, and left out as the norms' statistics are.)
+        # its input gathered whole again, where the per-block counts keep a shard as
+        # Megatron-LM does (it saves the shard and gathers again in backward;
+        # torchtitan's DTensor plan saves the gathered input, without checkpointing
+        # 2*s*b*h*(1 - 1/t) more a block than counted here). The output projection is
+        # such a matmul: its input, the final norm's output, is kept whole for its
+        # weight gradient, once per loss in flight. (At t = 1 that tensor is
+        # s*b*h beside the logits' 12*s*b*vocab bytes, under 1%, and left out as the
+        # norms' statistics are.)
         gathered = sbh * (2 - 1 / t if sp else 1)
-        transient = max(transient, largest / t * element_bytes + gathered * element_bytes)
+        transient = max(transient, (mlp_width / t + gathered) * element_bytes)
         head_input = sbh * element_bytes
     first = stage_layers * held_first + embedding + recompute + transient
-    last = stage_layers * held_last + logits + head_input + recompute + transient
+    last = stage_layers * held_last + head_input * losses + logits + recompute + transient
     activations = max(first, last) if p > 1 else first + logits + head_input
 
     experts = expert_layer_params(dims) / (t * parallel.ep)

@@ -178,28 +178,32 @@ def test_context_and_sequence_parallelism_split_activations() -> None:
     assert sp4 < tp4 < one
 
 
-def test_tensor_parallelism_holds_gathered_tensors_whole() -> None:
-    # Llama-8B, tp 8 with sequence parallelism, full checkpointing, one sequence of 8192
+@pytest.mark.parametrize("sequence_parallel", [True, False])
+def test_tensor_parallelism_holds_gathered_tensors_whole(sequence_parallel: bool) -> None:
+    # Llama-8B over 8 tensor-parallel ranks, full checkpointing, one sequence of 8192
     s, h, ffn, t, vocab = SEQ, 4096, 14336, 8, 128256
     spec = llama_spec(
-        parallelism={"dp": 2, "tp": t, "zero_stage": 3, "sequence_parallel": True},
+        parallelism={"dp": 2, "tp": t, "zero_stage": 3, "sequence_parallel": sequence_parallel},
         activation_checkpointing="full",
     )
-    kept = s * h * 2 / t  # each block's input, a shard of the sequence
-    # the recomputed block: norm and matmul inputs (4 sbh), Q and the output (2 sbh),
-    # K and V (2 x 1/4 sbh), four ffn-wide MLP tensors, all split over the 8 ranks
-    whole = (4 * h + (2 + 2 / 4) * h + 4 * ffn) * s * 2 / t
-    # the backward of the widest column-parallel matmul (w1): its output's gradient
-    # (a shard), its input's gradient and its input gathered again (whole, less the
-    # shard counted in `whole`)
-    transient = (ffn / t + h * (2 - 1 / t)) * s * 2
+    split = t if sequence_parallel else 1  # what sequence parallelism splits
+    kept = s * h * 2 / split  # each block's input
+    # the recomputed block: norm and matmul inputs (4 sbh, split as the block input is),
+    # Q and the output (2 sbh), K and V (2 x 1/4 sbh) and four ffn-wide MLP tensors
+    # (split over the ranks)
+    whole = 4 * h * s * 2 / split + ((2 + 2 / 4) * h + 4 * ffn) * s * 2 / t
+    # the backward of the widest column-parallel matmul (w1): its output's gradient (a
+    # shard), its input's gradient (whole) and, under sequence parallelism, its input
+    # gathered again (whole, less the shard counted in `whole`)
+    gathered = h * (2 - 1 / t) if sequence_parallel else h
+    transient = (ffn / t + gathered) * s * 2
     expected = (
         32 * kept
-        + s * h * 2 / t  # the embedding output
+        + s * h * 2 / split  # the embedding output
         + (whole - kept)
         + transient
         + vocab / t * s * 12  # the vocab-parallel loss
-        + s * h * 2  # the output projection's input, gathered whole
+        + s * h * 2  # the output projection's input, whole
     )
     assert breakdown(spec, None).activations == pytest.approx(expected / MIB)
 
@@ -233,28 +237,28 @@ def test_pipeline_schedules_hold_their_warm_up() -> None:
     # running, of half a stage each on the first rank; p of them on the last
     assert held("interleaved", 32) == ((2 * 7 + 8 + 1) / 2, (8 + 1) / 2)
     assert held("interleaved", 128) == held("interleaved", 32)  # not fewer with more
+    assert held("interleaved", 4) == (4, 4)  # no more than the step's micro-batches
     # GPipe: every forward before any backward
     assert held("gpipe", 32) == (32, 32)
 
 
-def test_the_last_stage_keeps_every_micro_batch_output() -> None:
+@pytest.mark.parametrize("tp", [1, 2])
+def test_the_last_stage_keeps_every_micro_batch_output(tp: int) -> None:
     # pp 32 over Llama-8B's 32 blocks: the last stage (one block, the logits) is the
     # busiest; torch.distributed.pipelining keeps each micro-batch's logits until the
-    # step ends, and under GPipe each one's fp32 log-softmax too
-    def activations(schedule: str, m: int) -> float:
-        return breakdown(
-            llama_spec(
-                parallelism={"pp": 32, "microbatches": m, "pp_schedule": schedule},
-                activation_checkpointing="full",
-            ),
-            None,
-        ).activations
+    # step ends, and under GPipe each one's fp32 log-softmax, block input and (under
+    # tensor parallelism) output projection input too
+    def activations(schedule: Schedule, m: int) -> float:
+        parallelism = {"pp": 32, "tp": tp, "microbatches": m, "pp_schedule": schedule}
+        spec = llama_spec(parallelism=parallelism, activation_checkpointing="full")
+        return breakdown(spec, None).activations
 
-    logits = 128256 * SEQ
+    logits = 128256 / tp * SEQ
     assert activations("1f1b", 8) - activations("1f1b", 4) == pytest.approx(4 * logits * 2 / MIB)
     block_input = SEQ * 4096 * 2
+    head_input = block_input if tp > 1 else 0
     assert activations("gpipe", 8) - activations("gpipe", 4) == pytest.approx(
-        4 * (logits * (2 + 4) + block_input) / MIB
+        4 * (logits * (2 + 4) + block_input + head_input) / MIB
     )
 
 
