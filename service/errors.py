@@ -93,7 +93,8 @@ def install_error_handlers(app: FastAPI) -> None:
         details = _validation_details(exc)
         first = details[0] if details else {"loc": [], "msg": "invalid request"}
         where = ".".join(str(part) for part in first.get("loc", []))
-        message = f"invalid request: {where}: {first.get('msg')}" if where else "invalid request"
+        what = str(first.get("msg")).removeprefix("Value error, ")  # a validator's own words
+        message = f"invalid request: {where}: {what}" if where else "invalid request"
         return JSONResponse(error_body("validation_error", message, details), 422)
 
     @app.exception_handler(HTTPException)

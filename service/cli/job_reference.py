@@ -81,8 +81,8 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         ),
         "master_weights": "fp16/bf16/fp8: keep fp32 master weights in the optimizer",
         "parallelism": (
-            "how the job is split (see `training.parallelism`); dp x tp x pp x cp, "
-            "if over 1, must equal `gpus`"
+            "how the job is split (see `training.parallelism`); `gpus` must divide "
+            "dp x tp x pp x cp where it is over 1"
         ),
     },
     "ModelRef": {

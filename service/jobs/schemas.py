@@ -54,15 +54,17 @@ class JobCreate(BaseModel):
     time_limit: TimeLimitS | None = None  # seconds an attempt may run (or "1h30m")
 
     @model_validator(mode="after")
-    def _ranks_are_gpus(self) -> JobCreate:
-        """A training spec split over several ranks describes this job's GPUs: the
-        per-GPU estimate is reserved on each of them (one rank, the default, is taken
-        as every GPU running the spec, as plain data parallelism does)."""
+    def _gpus_hold_ranks(self) -> JobCreate:
+        """A training spec split over several ranks puts one on each of the job's GPUs:
+        the job holds them all, or (a job on one node) a share of a larger split that
+        its GPUs divide. One rank, the default, is taken as every GPU running the spec,
+        as plain data parallelism does."""
         ranks = self.training.parallelism.ranks if self.training else 1
-        if ranks > 1 and ranks != self.gpus:
+        if ranks > 1 and ranks % self.gpus:
             raise ValueError(
-                f"training.parallelism spans {ranks} GPUs (dp x tp x pp x cp) but the job "
-                f"asks for {self.gpus}: set gpus to {ranks}, or describe this job's own split"
+                f"training.parallelism spans {ranks} GPUs (dp x tp x pp x cp), which the "
+                f"job's {self.gpus} cannot hold one rank each of: set gpus to {ranks} or "
+                "a divisor of it, or describe the job's own split"
             )
         return self
 

@@ -56,17 +56,24 @@ def test_bad_specs_get_clear_4xx_and_change_nothing(client: TestClient) -> None:
     assert client.get("/v1/jobs").json()["total"] == 0
 
 
-def test_a_training_split_over_several_gpus_must_be_the_jobs_gpus(client: TestClient) -> None:
+def test_a_jobs_gpus_hold_its_training_split_or_a_share_of_it(client: TestClient) -> None:
     register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)] * 4)
-    training = {"model": {"catalog": "resnet50"}, "batch_size": 8, "parallelism": {"dp": 4}}
-    one = client.post("/v1/jobs", json={"name": "x", "command": ["true"], "training": training})
-    assert one.status_code == 422, one.text
-    assert "spans 4 GPUs" in str(error_of(one)["message"])
+    training = {"model": {"catalog": "resnet50"}, "batch_size": 8, "parallelism": {"dp": 6}}
+    four = client.post(
+        "/v1/jobs", json={"name": "x", "command": ["true"], "gpus": 4, "training": training}
+    )
+    assert four.status_code == 422, four.text
+    assert error_of(four)["message"] == (
+        "invalid request: body: training.parallelism spans 6 GPUs (dp x tp x pp x cp), which "
+        "the job's 4 cannot hold one rank each of: set gpus to 6 or a divisor of it, or "
+        "describe the job's own split"
+    )
     assert client.get("/v1/jobs").json()["total"] == 0
-    four = submit(client, gpus=4, training=training)
-    assert four["gpus"] == 4
+    # the whole split, or one node's share of a larger one
+    assert submit(client, gpus=4, training={**training, "parallelism": {"dp": 4}})["gpus"] == 4
+    assert submit(client, gpus=3, training=training)["gpus"] == 3
     # one rank (the default split) is every GPU running the spec, as plain DDP does
-    submit(client, gpus=2, training={**training, "parallelism": {}})
+    submit(client, gpus=4, training={**training, "parallelism": {}})
 
 
 def test_unknown_gpu_model_error_lists_known_models(client: TestClient) -> None:
