@@ -8,9 +8,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import httpx
 
+from service.cli.up import stop_all
 from tests.e2e.harness import FAST, free_port
 
 
@@ -86,3 +88,35 @@ def test_up_serves_the_packaged_cluster_runs_a_job_and_stops(tmp_path: Path) -> 
         raise AssertionError("the server still answers after colloc up stopped")
     except httpx.HTTPError:
         pass
+
+
+class IgnoresSigterm:
+    """A process that ends only when killed; its wait lets the clock run out."""
+
+    def __init__(self) -> None:
+        self.waited: list[float] = []
+        self.killed = False
+
+    def poll(self) -> int | None:
+        return -signal.SIGKILL if self.killed else None
+
+    def send_signal(self, _signal: int) -> None:
+        pass
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.killed:
+            return -signal.SIGKILL
+        assert timeout is not None
+        self.waited.append(timeout)
+        time.sleep(timeout)
+        raise subprocess.TimeoutExpired("stubborn", timeout)
+
+    def kill(self) -> None:
+        self.killed = True
+
+
+def test_stopping_shares_one_grace_period_among_all_processes() -> None:
+    stubborn = [IgnoresSigterm() for _ in range(4)]
+    stop_all(cast(list[subprocess.Popen[bytes]], stubborn), grace_s=0.5)
+    assert all(process.killed for process in stubborn)
+    assert sum(sum(process.waited) for process in stubborn) <= 0.5
