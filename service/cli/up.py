@@ -80,7 +80,7 @@ def _token_file(sessions: sessionmaker[Session], path: Path, role: str, name: st
 def stop_all(processes: list[subprocess.Popen[bytes]], grace_s: float = 20.0) -> None:
     """SIGTERM every process (agents first), then SIGKILL whatever has not ended when
     one grace period shared by all of them is over: Ctrl-C never waits a grace period
-    per process (four of them took 80 s when each hung)."""
+    per process (with four processes that could take 80 s)."""
     for process in reversed(processes):
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)

@@ -62,9 +62,9 @@ class JobCreate(BaseModel):
         ranks = self.training.parallelism.ranks if self.training else 1
         if ranks > 1 and ranks % self.gpus:
             raise ValueError(
-                f"training.parallelism spans {ranks} GPUs (dp x tp x pp x cp), which the "
-                f"job's {self.gpus} cannot hold one rank each of: set gpus to {ranks} or "
-                "a divisor of it, or describe the job's own split"
+                f"training.parallelism spans {ranks} GPUs (dp x tp x pp x cp), and the "
+                f"job's {self.gpus} GPUs do not divide it: set gpus to {ranks} or a "
+                "divisor of it, or describe the job's own split"
             )
         return self
 

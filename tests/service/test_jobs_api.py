@@ -64,9 +64,9 @@ def test_a_jobs_gpus_hold_its_training_split_or_a_share_of_it(client: TestClient
     )
     assert four.status_code == 422, four.text
     assert error_of(four)["message"] == (
-        "invalid request: body: training.parallelism spans 6 GPUs (dp x tp x pp x cp), which "
-        "the job's 4 cannot hold one rank each of: set gpus to 6 or a divisor of it, or "
-        "describe the job's own split"
+        "invalid request: body: training.parallelism spans 6 GPUs (dp x tp x pp x cp), and "
+        "the job's 4 GPUs do not divide it: set gpus to 6 or a divisor of it, or describe "
+        "the job's own split"
     )
     assert client.get("/v1/jobs").json()["total"] == 0
     # the whole split, or one node's share of a larger one
