@@ -212,6 +212,7 @@ def transformer_memory(
     layer-wise selective form: one block in n fully checkpointed, the rest keep all.
     """
     t, p, sp = parallel.tp, parallel.pp, parallel.sequence_parallel
+    m = parallel.microbatches or p  # micro-batches a step runs
     s_local = math.ceil(seq_len / parallel.cp)
     layers_per_stage = math.ceil(dims.layers / p)
     ep = parallel.ep > 1
@@ -255,7 +256,7 @@ def transformer_memory(
     held_first, held_last = in_flight_microbatches(parallel)
     # micro-batches between their loss and its backward on the final stage: all of the
     # step's under GPipe, else one (interleaving's warm-up runs earlier chunks)
-    losses = (parallel.microbatches or p) if p > 1 and parallel.pp_schedule == "gpipe" else 1
+    losses = m if p > 1 and parallel.pp_schedule == "gpipe" else 1
     if p > 1:
         # torch.distributed.pipelining (torchtitan) keeps every micro-batch's output,
         # the logits, on the last stage until the step ends (`output_chunks`, merged
@@ -263,7 +264,7 @@ def transformer_memory(
         # them upcast to fp32, as torchtitan's Llama did in 2024, keeps twice that);
         # each earlier loss in flight keeps its fp32 log-softmax for its backward.
         # (Megatron-LM's last stage returns the loss alone: for it this errs high.)
-        logits += ((parallel.microbatches or p) - 1) * logit_elements * element_bytes
+        logits += (m - 1) * logit_elements * element_bytes
         logits += (losses - 1) * logit_elements * 4
     # backward holds the gradients of the largest tensor's input and output at once
     mlp_width = s_local * batch * (dims.expert_ffn if dims.moe else dims.ffn)
