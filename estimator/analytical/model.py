@@ -23,6 +23,7 @@ from estimator.analytical.context import FixedCost, fixed_cost
 from estimator.analytical.hf import dims_from_hf_config, moe_from_hf_config
 from estimator.analytical.precision import (
     adafactor_state_elements,
+    autocast,
     fp8_cast_bytes,
     optimizer_state_bytes,
     optimizer_step_temp_bytes,
@@ -309,6 +310,7 @@ def breakdown(
             spec.activation_checkpointing,
             par,
             spec.checkpoint_every,
+            autocast(spec.precision),
         )
         # the catalog's exact count (from the real module) scales the formula's split
         scale = shape.params / total_params(dims)

@@ -28,10 +28,15 @@ class StateBytes:
     activation: float  # per saved activation element
 
 
+def autocast(precision: Precision) -> bool:
+    """Whether the forward pass runs under torch.autocast (fp32 model, 16-bit matmuls)."""
+    return precision in ("amp_fp16", "amp_bf16")
+
+
 def state_bytes(precision: Precision, master_weights: bool) -> StateBytes:
     if precision == "fp32":
         return StateBytes(4, 4, 0, 0, 4)
-    if precision in ("amp_fp16", "amp_bf16"):
+    if autocast(precision):
         return StateBytes(4, 4, 0, 2, 2)
     if not master_weights:
         return StateBytes(2, 2, 0, 0, 2)  # pure 16-bit training

@@ -7,7 +7,13 @@ parallelism unless sequence parallelism splits them too (what a matmul gathers o
 the tensor-parallel ranks is whole again while its backward runs). The same terms are
 counted in elements (times the activation width) and masks (1 byte), so fp32,
 grouped-query attention (K and V scaled by kv_heads/heads), gated MLPs, mixtures of
-experts and flash attention (no s^2 scores; Dao et al. 2022) fit in.
+experts and flash attention (no s^2 scores; Dao et al. 2022) fit in. Under
+torch.autocast the model's parameters stay fp32, so the residual stream is fp32 (the
+embedding's output, and each sum of it with a 16-bit sublayer output, promotes by
+type), and so are the outputs of the ops on autocast's fp32 list (`layer_norm`,
+`softmax`; PyTorch docs, "Automatic Mixed Precision", CUDA op reference): the norms keep
+fp32 inputs and the attention probabilities are kept twice, fp32 for the softmax's
+backward and the 16-bit copy the product with V casts and keeps.
 
 Selective checkpointing is op-level, as torchtitan applies it
 (torchtitan/distributed/activation_checkpoint.py, `_apply_op_sac`): inside each
@@ -62,6 +68,11 @@ def total_params(dims: TransformerDims) -> int:
     return dims.layers * layer_params(dims) + embedding_params(dims)
 
 
+def _stream_bytes(element_bytes: float, autocast: bool) -> float:
+    """Bytes per element of the residual stream: fp32 under autocast (see above)."""
+    return 4.0 if autocast else element_bytes
+
+
 @dataclass(frozen=True)
 class LayerActivations:
     """Saved bytes of one block for one micro-batch."""
@@ -88,7 +99,12 @@ def _matmul_outputs(dims: TransformerDims) -> list[float]:
 
 
 def _kept_by_op_sac(
-    dims: TransformerDims, tokens: int, element_bytes: float, flash: bool, expert_parallel: bool
+    dims: TransformerDims,
+    tokens: int,
+    element_bytes: float,
+    stream_bytes: float,
+    flash: bool,
+    expert_parallel: bool,
 ) -> LayerActivations:
     """What torchtitan's op-level policy keeps of one block: its input, every other
     matmul output (the first, third, ...), the fused attention output and, under expert
@@ -99,7 +115,7 @@ def _kept_by_op_sac(
     if dims.moe and expert_parallel:
         saved += 2 * dims.experts_per_token * dims.hidden
     return LayerActivations(
-        replicated=tokens * dims.hidden * element_bytes, sharded=tokens * saved * element_bytes
+        replicated=tokens * dims.hidden * stream_bytes, sharded=tokens * saved * element_bytes
     )
 
 
@@ -112,19 +128,25 @@ def layer_activation_bytes(
     checkpointing: str,
     expert_parallel: bool = False,
     keys: int | None = None,
+    autocast: bool = False,
 ) -> LayerActivations:
     """One layer's saved activations (Korthikanti et al. 2022, eq. 1-2 generalised) for
     `seq_len` query tokens that attend to `keys` (default: as many; under context
-    parallelism a rank's queries attend to the whole sequence)."""
+    parallelism a rank's queries attend to the whole sequence), 16-bit matmuls under
+    `autocast` beside an fp32 residual stream."""
     s, b, h, a = seq_len, batch, dims.hidden, dims.heads
     tokens = s * b
+    stream = _stream_bytes(element_bytes, autocast)
     if checkpointing == "full":
-        return LayerActivations(replicated=tokens * h * element_bytes, sharded=0.0)
+        return LayerActivations(replicated=tokens * h * stream, sharded=0.0)
     if checkpointing == "selective":
-        return _kept_by_op_sac(dims, tokens, element_bytes, flash_attention, expert_parallel)
+        return _kept_by_op_sac(
+            dims, tokens, element_bytes, stream, flash_attention, expert_parallel
+        )
     mask = 1.0 if dims.dropout else 0.0
-    # replicated: inputs of both norms, of the QKV projection and of the MLP; 2 masks
-    replicated = 4 * tokens * h * element_bytes + 2 * tokens * h * mask
+    # replicated: inputs of both norms (the residual stream), of the QKV projection and
+    # of the MLP; 2 masks
+    replicated = 2 * tokens * h * (stream + element_bytes) + 2 * tokens * h * mask
     # sharded: Q, K, V, attention output; the MLP intermediates (2 per ffn unit, 4 gated)
     per_unit = 4 if dims.gated_mlp else 2
     if dims.moe:
@@ -140,8 +162,13 @@ def layer_activation_bytes(
     sharded = (attention + mlp_elements) * element_bytes
     if not flash_attention:
         scores = a * s * (keys or s) * b
-        # softmax output and dropout output (16-bit each) plus the dropout mask
-        sharded += scores * (element_bytes * (2 if dims.dropout else 1) + mask)
+        if autocast:
+            # the fp32 softmax output, the 16-bit copy the product with V keeps, the mask
+            per_score = 4.0 + element_bytes + mask
+        else:
+            # the softmax output and the dropout output, plus the dropout mask
+            per_score = element_bytes * (2 if dims.dropout else 1) + mask
+        sharded += scores * per_score
     return LayerActivations(replicated=replicated, sharded=sharded)
 
 
@@ -203,6 +230,7 @@ def transformer_memory(
     checkpointing: str,
     parallel: Parallelism,
     checkpoint_every: int | None = None,
+    autocast: bool = False,
 ) -> TransformerMemory:
     """Parameters and activations on the busiest GPU: the worse of the first pipeline
     stage (embedding, most micro-batches in flight) and the last (the logits).
@@ -228,6 +256,7 @@ def transformer_memory(
                 mode,
                 expert_parallel=ep,
                 keys=seq_len,
+                autocast=autocast,
             ),
             t,
             sp,
@@ -245,7 +274,9 @@ def transformer_memory(
         recompute = whole - kept
     split = t if sp else 1
     sbh = s_local * batch * dims.hidden
-    embedding = sbh * element_bytes / split + (sbh / split if dims.dropout else 0.0)
+    # the embedding's output, where the residual stream starts, and its dropout mask
+    stream = _stream_bytes(element_bytes, autocast)
+    embedding = sbh * stream / split + (sbh / split if dims.dropout else 0.0)
     # the loss: forward holds the logits (activation width), their fp32 upcast and its
     # log-softmax; backward the fp32 log-softmax output, its gradient and the input's
     # gradient (`_log_softmax_backward_data` reads the output): 12 bytes per logit at

@@ -45,6 +45,32 @@ def test_recomputation_and_flash_attention_drop_the_right_terms() -> None:
     assert full.replicated + full.sharded == pytest.approx(2 * s * b * h)
 
 
+def test_autocast_keeps_the_residual_stream_and_the_softmax_in_fp32() -> None:
+    """Korthikanti's 34 + 5as/h bytes per s*b*h, with autocast's fp32 tensors: the two
+    norm inputs at 4 bytes (+4), the softmax output at 4 beside the 16-bit copy the
+    product with V keeps and the mask (7 bytes a score, not 5)."""
+    s, b, h, a = 2048, 4, GPT.hidden, GPT.heads
+    layer = layer_activation_bytes(GPT, s, b, 2.0, False, "none", autocast=True)
+    assert layer.replicated + layer.sharded == pytest.approx(s * b * h * (38 + 7 * a * s / h))
+    flash = layer_activation_bytes(GPT, s, b, 2.0, True, "none", autocast=True)
+    assert flash.replicated + flash.sharded == pytest.approx(38 * s * b * h)
+    full = layer_activation_bytes(GPT, s, b, 2.0, False, "full", autocast=True)
+    assert full.replicated == pytest.approx(4 * s * b * h)
+
+
+def test_an_autocast_transformer_keeps_more_than_a_pure_16_bit_one() -> None:
+    """Same 16-bit matmuls; autocast's fp32 stream and softmax are the difference."""
+    spec = {"model": {"catalog": "hf:bert-large-uncased"}, "batch_size": 4, "seq_len": 512}
+    amp = breakdown(TrainingSpec.model_validate(spec | {"precision": "amp_fp16"}), None)
+    half = breakdown(
+        TrainingSpec.model_validate(spec | {"precision": "fp16", "master_weights": False}), None
+    )
+    layers, sbh, scores = 24, 512 * 4 * 1024, 16 * 512 * 512 * 4  # bert-large, 16 heads
+    # 2 more bytes for each norm input and each score; the embedding's output too
+    expected = layers * (2 * 2 * sbh + 2 * scores) + 2 * sbh
+    assert (amp.activations - half.activations) * MIB == pytest.approx(expected, rel=1e-6)
+
+
 def summary_spec(**kw: object) -> TrainingSpec:
     body: dict[str, object] = {
         "model": {"summary": {"params": 1_000_000_000, "activations_per_sample": 0}},
