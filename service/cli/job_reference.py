@@ -71,7 +71,11 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "batch_size": "per-GPU micro-batch (under pipeline parallelism: one micro-batch)",
         "seq_len": "tokens per sample (text models)",
         "image_size": "pixels per side (vision models)",
-        "precision": "`amp_*`: autocast with fp32 weights; `fp8`: float8 matmuls, bf16 elsewhere",
+        "precision": (
+            "`amp_*`: torch.autocast over fp32 weights; `fp16`/`bf16`: weights in 16 bits "
+            "(FSDP's `MixedPrecision(param_dtype=bf16)` is `bf16` with master weights); "
+            "`fp8`: float8 matmuls, bf16 elsewhere"
+        ),
         "optimizer": "sets the optimizer state per parameter",
         "activation_checkpointing": "which activations are recomputed in backward",
         "checkpoint_every": "with `selective`: checkpoint every N-th block",
