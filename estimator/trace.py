@@ -131,11 +131,24 @@ def saved_activation_elements(
     return sum(saved.values()), max(saved.values(), default=0), output
 
 
+def layer_kind(module: torch.nn.Module) -> str | None:
+    """The kind of layer a module is, by the nearest class in its ancestry that
+    `LAYER_TYPES` names: libraries subclass torch's layers (timm's `BatchNormAct2d`,
+    `ScaledStdConv2d`, `LayerNorm2d`; torch's own `NonDynamicallyQuantizableLinear`), and
+    the same layer must count alike whichever library built the model."""
+    for cls in type(module).__mro__:
+        if cls.__name__ in LAYER_TYPES:
+            return LAYER_TYPES[cls.__name__]
+    return None
+
+
 def describe(model: torch.nn.Module) -> dict[str, Any]:
-    """Parameters, weight matrices and layers by kind."""
-    layers = Counter(
-        LAYER_TYPES[type(m).__name__] for m in model.modules() if type(m).__name__ in LAYER_TYPES
-    )
+    """Parameters, weight matrices and layers by kind. `nn.MultiheadAttention` also
+    counts its packed query/key/value projection as a linear layer (a matmul with no
+    module of its own; timm's attention has it as one `nn.Linear`)."""
+    layers = Counter(kind for m in model.modules() if (kind := layer_kind(m)) is not None)
+    layers["linear"] += sum(isinstance(m, torch.nn.MultiheadAttention) for m in model.modules())
+    layers = +layers  # drop a zero count
     return {
         "params": sum(p.numel() for p in model.parameters()),
         "matrices": sum(1 for p in model.parameters() if p.dim() >= 2),

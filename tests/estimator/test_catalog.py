@@ -130,6 +130,21 @@ def test_image_and_speech_models_carry_their_own_activations(name: str, kind: st
     assert shape.dims is None and shape.activations_per_sample == entry.activations_per_sample
 
 
+@pytest.mark.parametrize(
+    "torchvision_name, timm_name",
+    [("vit_l_16", "vit_large_patch16_224"), ("efficientnet_b0", "efficientnet_b0"),
+     ("convnext_tiny", "convnext_tiny")],
+)  # fmt: skip
+def test_one_architecture_counts_its_layers_alike_in_either_library(
+    torchvision_name: str, timm_name: str
+) -> None:
+    """The learned correction reads the layer mix: timm's `BatchNormAct2d` is a batch
+    norm and torchvision's `nn.MultiheadAttention` holds two linear layers, as the
+    other library builds them."""
+    ours, theirs = lookup(f"torchvision:{torchvision_name}"), lookup(f"timm:{timm_name}")
+    assert ours.layers == theirs.layers
+
+
 def test_vision_activations_follow_the_image_size() -> None:
     def activations(size: int) -> float:
         spec = {"model": {"catalog": "google/vit-base-patch16-224"}, "batch_size": 8}
