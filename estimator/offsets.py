@@ -34,14 +34,23 @@ campaign. The statistic is robust so that one odd run cannot move it:
 - nothing is learned below `MIN_OBSERVATIONS` deciding runs: until then the prior
   stays (offset 0, the current-stack defaults of `analytical/context.py`, and bounds
   keep the allowance for a stack not learned yet);
-- the offset is the median residual of the deciding runs;
+- it is in force only once *corroborated*, since an offset moves every owner's
+  reservations: every run is tagged with who vouches for it (its owner, or `VOUCHED`
+  for an admin's or admin-trusted run and for measured campaigns), and each voter's
+  deciding runs give one vote (their median). It is in force with a vouched-for vote,
+  with three voters or more, or with two ordinary owners whose votes agree (within
+  `AGREEMENT_MIB`); runs of one ordinary owner alone never set it. Two owners who
+  disagree leave the prior: either may be the honest one, and any value in force would
+  let one of them move it alone, raising every reservation by GiBs or lowering it (and
+  the bound's allowance for a stack not learned) into OOMs;
+- the offset is the median vote; of an even number of votes, the median of them and
+  the *fallback*, what stands without the ordinary owners: the vouched vote where there
+  is one, else the prior 0 (`_consensus`). So no one voter, however many runs it
+  submits, moves the offset past what the other votes and the fallback span: of a
+  vouched vote and one owner's, the vouched vote; of two agreeing owners, the vote
+  nearer 0 (0 where they straddle it), so neither raises the other's and one lowers it
+  by at most AGREEMENT_MIB;
 - it is clipped to [`LOWEST_OFFSET_MIB`, `HIGHEST_OFFSET_MIB`];
-- it is in force only once *corroborated*: every run is tagged with who vouches for
-  it (its owner, or `VOUCHED` for an admin's or admin-trusted run and for measured
-  campaigns), and runs of one ordinary owner alone never set it, since an offset moves
-  every owner's reservations. Each voter's deciding runs give one vote (their median):
-  of two voters the higher vote counts (one cannot lower the other's), of more the
-  median vote (so no one owner, however many runs it submits, decides it);
 - only the newest `WINDOW` deciding runs per environment are kept (and as many of the
   others), so a driver upgrade under an unchanged key is followed and runs of large
   models never push out the few that decide.
@@ -94,6 +103,11 @@ HIGHEST_OFFSET_MIB = 4096.0
 # 1993; one run cannot inflate it): ~98% one-sided under normal noise.
 MARGIN_SIGMAS = 2.0
 MAD_TO_SIGMA = 1.4826
+# How close (MiB) two ordinary owners' votes must lie to corroborate each other: a
+# deciding run carries up to ~250 MiB of model error (DECIDING_MODEL_MIB at the
+# analytical terms' 50%), so honest owners' medians on one stack lie about that close;
+# it also bounds how far one of two agreeing owners can move the other's vote.
+AGREEMENT_MIB = DECIDING_MODEL_MIB / 2
 
 
 # Who vouches for a run an admin owns or trusts, or a measurement campaign's run.
@@ -178,13 +192,24 @@ class FixedCostOffsets:
 
     def in_force(self, key: str) -> bool:
         """Whether `key` has MIN_OBSERVATIONS deciding runs, corroborated: one of them
-        vouched for, or deciding runs of at least two owners."""
+        vouched for, deciding runs of three owners or more, or of two whose votes agree
+        (module docstring)."""
         return bool(self._figure("in_force", key, self._in_force))
 
     def _in_force(self, key: str) -> bool:
-        runs = self._small_model_runs(key)
-        voters = {run.voter for run in runs}
-        return len(runs) >= MIN_OBSERVATIONS and (VOUCHED in voters or len(voters) >= 2)
+        if len(self._small_model_runs(key)) < MIN_OBSERVATIONS:
+            return False
+        votes = self._votes(key)
+        if VOUCHED in votes or len(votes) >= 3:
+            return True
+        return len(votes) == 2 and max(votes.values()) - min(votes.values()) <= AGREEMENT_MIB
+
+    def _votes(self, key: str) -> dict[str, float]:
+        """Each voter's vote: the median of its deciding runs' residuals."""
+        by_voter: dict[str, list[float]] = {}
+        for run in self._small_model_runs(key):
+            by_voter.setdefault(run.voter, []).append(run.residual_mib)
+        return {voter: median(residuals) for voter, residuals in by_voter.items()}
 
     def _deciding_runs(self, key: str) -> Sequence[Residual]:
         """The runs an offset is taken from: those with small model-dependent terms,
@@ -200,13 +225,9 @@ class FixedCostOffsets:
         return self._figure("offset", key, self._offset_mib)
 
     def _offset_mib(self, key: str) -> float:
-        by_voter: dict[str, list[float]] = {}
-        for run in self._deciding_runs(key):
-            by_voter.setdefault(run.voter, []).append(run.residual_mib)
-        votes = [median(residuals) for residuals in by_voter.values()]
-        if not votes:
+        if not self.in_force(key):
             return 0.0
-        vote = max(votes) if len(votes) == 2 else median(votes)
+        vote = _consensus(self._votes(key))
         return min(HIGHEST_OFFSET_MIB, max(LOWEST_OFFSET_MIB, vote))
 
     def margin_mib(self, key: str) -> float:
@@ -273,6 +294,16 @@ def decides(residual_mib: float, model_mib: float) -> bool:
     its offset-free estimate may decide an offset: the fixed cost dominates what it
     measured (module docstring)."""
     return model_mib <= max(DECIDING_MODEL_MIB, residual_mib)
+
+
+def _consensus(votes: dict[str, float]) -> float:
+    """The median of the voters' `votes`; of an even number, the median of them and the
+    fallback (the vouched vote where there is one, else the prior 0), so that one voter
+    never moves it past the other votes and what stands without the ordinary owners."""
+    values = list(votes.values())
+    if len(values) % 2 == 0:
+        values.append(votes.get(VOUCHED, 0.0))
+    return median(values)
 
 
 def _decides(run: Residual) -> bool:

@@ -7,6 +7,7 @@ import random
 import pytest
 
 from estimator.offsets import (
+    AGREEMENT_MIB,
     DECIDING_MODEL_MIB,
     HIGHEST_OFFSET_MIB,
     MIN_OBSERVATIONS,
@@ -107,13 +108,62 @@ def test_each_owner_is_one_vote_however_many_runs_it_sends() -> None:
         offsets.observe("a", -500.0, 10.0, voter="mallory")
     for _ in range(2):
         offsets.observe("a", 600.0, 10.0, voter="alice")
-    assert offsets.offset_mib("a") == 600.0  # of two votes the higher: no one lowers another
+    # two owners who disagree: neither may lower (or raise) the other's vote alone
+    assert not offsets.in_force("a") and offsets.offset_mib("a") == 0.0
     for _ in range(2):
         offsets.observe("a", 620.0, 10.0, voter="bob")
     assert offsets.offset_mib("a") == 600.0  # of three, the median vote
     copy = FixedCostOffsets()
     copy.load("a", offsets.to_json("a"))
     assert copy.offset_mib("a") == 600.0 and copy.digest() == offsets.digest()
+
+
+def test_one_owner_cannot_move_a_vouched_offset() -> None:
+    """Of a vouched vote and one owner's, the vouched one counts: one odd run, or many,
+    of a second owner moves it neither up nor down."""
+    offsets = FixedCostOffsets()
+    for _ in range(20):
+        offsets.observe("a", 100.0, 10.0, voter=VOUCHED)
+    offsets.observe("a", 4000.0, 10.0, voter="mallory")  # one run, GiBs above the rest
+    assert offsets.offset_mib("a") == 100.0
+    for _ in range(50):
+        offsets.observe("a", -500.0, 10.0, voter="mallory")
+    assert offsets.offset_mib("a") == 100.0
+
+
+def test_two_owners_corroborate_it_only_as_far_as_both_show() -> None:
+    """Two ordinary owners put it in force only where their votes agree, at the vote
+    nearer the prior: one odd job of the second owner neither sets nor raises it."""
+    offsets = FixedCostOffsets()
+    for _ in range(4):
+        offsets.observe("a", 100.0, 10.0, voter="alice")
+    offsets.observe("a", 4000.0, 10.0, voter="mallory")  # five deciding runs, two owners
+    assert not offsets.in_force("a") and offsets.offset_mib("a") == 0.0
+    assert offsets.digest() == ""
+    agreeing = FixedCostOffsets()
+    for _ in range(3):
+        agreeing.observe("a", 600.0, 10.0, voter="alice")
+    for _ in range(2):
+        agreeing.observe("a", 600.0 - AGREEMENT_MIB, 10.0, voter="bob")
+    assert agreeing.in_force("a") and agreeing.offset_mib("a") == 600.0 - AGREEMENT_MIB
+    for _ in range(4):  # bob's vote, still agreeing, now above alice's: hers stands
+        agreeing.observe("a", 600.0 + AGREEMENT_MIB, 10.0, voter="bob")
+    assert agreeing.offset_mib("a") == 600.0
+    straddling = FixedCostOffsets()
+    for voter, residual in (("alice", 100.0), ("bob", -100.0)) * 3:
+        straddling.observe("a", residual, 10.0, voter=voter)
+    assert straddling.in_force("a") and straddling.offset_mib("a") == 0.0
+
+
+def test_a_fourth_voter_never_moves_it_past_the_others() -> None:
+    """Of an even number of votes the prior breaks the tie: the offset is a vote the
+    others cast, however far the fourth lies on either side."""
+    for odd in (-500.0, 4000.0):
+        offsets = FixedCostOffsets()
+        for voter, residual in (("alice", 600.0), ("bob", 620.0), ("carol", 640.0)) * 2:
+            offsets.observe("a", residual, 10.0, voter=voter)
+        offsets.observe("a", odd, 10.0, voter="mallory")
+        assert offsets.offset_mib("a") == (600.0 if odd < 0 else 620.0)
 
 
 def test_a_campaign_of_large_models_leaves_the_prior() -> None:

@@ -198,3 +198,26 @@ def test_two_users_runs_teach_the_cluster_its_fixed_cost(
     assert learned["in_force"] and learned["offset_mib"] == pytest.approx(600, abs=5)
     after = estimate_of(submit_as(client, users["carol"], training=GOOD_TRAINING))
     assert after["peak_mib"] == pytest.approx(before["peak_mib"] + 600, abs=5)
+
+
+def test_one_odd_job_of_a_second_owner_does_not_set_the_fixed_cost(
+    client: TestClient, users: dict[str, dict[str, str]], database_url: str
+) -> None:
+    """Alice's runs and one of mallory's holding 4 GiB more are two owners who disagree:
+    the offset stays at its prior, and carol's estimate of a model no one ran (the
+    models' estimate, fixed cost included) where it was."""
+    mallory = bearer(make_token(database_url, "user", "mallory"))
+    node = register_node(client, "n1", [(T4, 15360)])
+    ran = estimate_of(submit_as(client, users["alice"], training=GOOD_TRAINING))
+    unseen = {**GOOD_TRAINING, "model": {"transformer": {"layers": 2, "hidden": 256, "heads": 4}}}
+    before = estimate_of(submit_as(client, users["carol"], training=unseen))
+    for _ in range(4):
+        finished_run(client, node, users["alice"], peak=ran["peak_mib"] + 100)
+        cycle(client)
+    finished_run(client, node, mallory, peak=ran["peak_mib"] + 4000)
+    cycle(client)
+    (learned,) = client.get("/v1/admin/estimator").json()["fixed_cost_offsets"]
+    assert learned["observations"] == 5
+    assert not learned["in_force"] and learned["offset_mib"] == 0.0
+    after = estimate_of(submit_as(client, users["carol"], training=unseen))
+    assert (after["peak_mib"], after["upper_mib"]) == (before["peak_mib"], before["upper_mib"])
