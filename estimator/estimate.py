@@ -468,14 +468,20 @@ class Estimator:
             self.observations.append(observation(spec, gpu, peak))
 
     def observe_oom(
-        self, spec: TrainingSpec, gpu_model: str, held_mib: int, owner: str | None = None
+        self,
+        spec: TrainingSpec,
+        gpu_model: str,
+        held_mib: int,
+        owner: str | None = None,
+        trusted: bool = False,
     ) -> None:
         """Remember that a run of `owner` died of an OOM holding `held_mib`: it needed
-        more, so its architecture lies at least that far above its estimates, and the
-        spec needs more than that on that GPU model (not a peak: neither history nor
+        more, so its architecture lies at least that far above its estimates (for
+        `owner`'s jobs, and every owner's once trusted or corroborated: history.py), and
+        the spec needs more than that on that GPU model (not a peak: neither history nor
         refits take it)."""
         name, ratio = self._above_models(spec, gpu_model, held_mib)
-        self.history.add_oom(spec, name, held_mib, ratio, owner)
+        self.history.add_oom(spec, name, held_mib, ratio, owner, trusted)
 
     def _batch_ratio(
         self,

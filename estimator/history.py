@@ -16,8 +16,12 @@ chooses what their job really does. So a peak is learned from only when it is cr
 they are corroborated: the spec also ran for another owner on the same GPU model (a run
 on one model checks nothing of a peak claimed on another), or an admin trusts them.
 Until then other owners' jobs are estimated as if that owner's peaks were never
-observed; a user cannot talk another's reservation down (the bound an architecture's
-runs widen only ever rises, so it stays shared).
+observed. How far a run went above the models' estimate widens the bound of every job
+of its architecture (any batch size, any GPU model); it follows the same rule, so that
+one owner's job cannot make every other owner's jobs of the architecture reserve a
+whole GPU: a run's ratio widens its owner's bounds at once, and every owner's once the
+run is vouched for or its spec ran on that GPU model for another owner too (an OOM's
+as a peak's). Shared, it only ever rises, so a user cannot talk another's bound down.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from estimator.analytical.model import breakdown
 from estimator.gpus import canonical_gpu_name
@@ -60,6 +65,12 @@ BRACKET_SPAN = 4
 # one run's quirk never sets it alone. On the measured timm runs, held out by model,
 # two left fewer runs above that bound than one (bench/estimator_accuracy.py, section 5).
 MIN_RATIO_BATCHES = 2
+_K = TypeVar("_K")
+
+
+def _raise(kept: dict[_K, float], key: _K, value: float) -> None:
+    """Keep the larger of `kept[key]` and `value`."""
+    kept[key] = max(value, kept.get(key, value))
 
 
 def fingerprint(spec: TrainingSpec) -> str:
@@ -209,15 +220,20 @@ class ObservationHistory:
     configuration and batch size); and, by architecture, the largest ratio of an
     observed peak to the estimate the models made of it.
 
-    `seen_by(owner)` is the history as that owner's jobs see it: released peaks plus the
-    owner's own. The history itself (no viewer) shows released peaks only."""
+    `seen_by(owner)` is the history as that owner's jobs see it: released peaks and
+    shared ratios plus the owner's own. The history itself (no viewer) shows released
+    peaks and shared ratios only."""
 
     def __init__(self) -> None:
         self._peaks: dict[str, dict[str, list[_Peak]]] = {}
         self._owners: dict[tuple[str, str], set[str | None]] = {}  # who ran it where
         # the same peaks by configuration, then batch size, then GPU model
         self._batches: dict[str, dict[int, dict[str, list[_Peak]]]] = {}
+        # the largest ratio by architecture: of runs every owner may rely on, of each
+        # owner's own, and of runs not corroborated yet by (fingerprint, GPU model), owner
         self._ratios: dict[str, float] = {}
+        self._own_ratios: dict[tuple[str, str | None], float] = {}
+        self._unshared: dict[tuple[str, str], dict[str | None, float]] = {}
         # the most a run of each fingerprint held when it died of an OOM, by GPU model
         self._ooms: dict[str, dict[str, int]] = {}
         self._repeats = _Repeats()
@@ -245,8 +261,8 @@ class ObservationHistory:
         peaks.append(peak)
         batches = self._batches.setdefault(configuration(spec), {})
         batches.setdefault(spec.batch_size, {}).setdefault(gpu, []).append(peak)
-        self._widen(spec, ratio)
-        corroborated = len(owners) > 1
+        self._widen(spec, key, gpu, ratio, owner, vouched)
+        corroborated = self._corroborated(key, gpu, owner)
         released = []
         for held in peaks:
             if held is peak or (corroborated and not held.released):
@@ -262,16 +278,19 @@ class ObservationHistory:
         held_mib: int,
         ratio: float,
         owner: str | None = None,
+        trusted: bool = False,
     ) -> None:
-        """Note that a run of `spec` died of an OOM holding `held_mib` on `gpu_model`,
-        `ratio` times the models' estimate: it needed more. Only ever raises what it
-        implies, so any owner's OOMs count for every owner (`owner`: who ran it)."""
+        """Note that a run of `spec` by `owner` died of an OOM holding `held_mib` on
+        `gpu_model`, `ratio` times the models' estimate: it needed more. What the spec
+        needs there only ever rises, so it counts for every owner; the ratio widens the
+        architecture's bounds as a peak's does (`_widen`)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         by_gpu = self._ooms.setdefault(key, {})
         by_gpu[gpu] = max(held_mib, by_gpu.get(gpu, 0))
-        self._widen(spec, ratio)
+        vouched = trusted or owner is None
+        self._widen(spec, key, gpu, ratio, owner, vouched)
         before = self._peaks.get(key, {}).get(gpu, [])
-        self._repeat(key, gpu, owner, owner is None, held_mib, before, oom=True)
+        self._repeat(key, gpu, owner, vouched, held_mib, before, oom=True)
 
     def _repeat(
         self,
@@ -340,14 +359,34 @@ class ObservationHistory:
         """The most a run of `spec` held when it died of an OOM, by GPU model."""
         return dict(self._ooms.get(fingerprint(spec), {}))
 
-    def _widen(self, spec: TrainingSpec, ratio: float) -> None:
-        """Note that a run of the spec's architecture went `ratio` times its estimate."""
-        key = architecture(spec)
-        self._ratios[key] = max(ratio, self._ratios.get(key, ratio))
+    def _corroborated(self, key: str, gpu: str, owner: str | None) -> bool:
+        """Whether spec `key` ran on `gpu` for someone besides `owner` (another owner,
+        or vouched for): what makes `owner`'s peaks and ratios there every owner's."""
+        return bool(self._owners.get((key, gpu), set()) - {owner})
+
+    def _widen(
+        self, spec: TrainingSpec, key: str, gpu: str, ratio: float, owner: str | None, vouched: bool
+    ) -> None:
+        """Note that a run of `owner` of spec `key` on `gpu` went `ratio` times its
+        estimate: for its owner's jobs of the architecture at once, for every owner's
+        once vouched for or corroborated (with any of the spec's runs there waiting
+        for it)."""
+        arch = architecture(spec)
+        _raise(self._own_ratios, (arch, owner), ratio)
+        if vouched:
+            _raise(self._ratios, arch, ratio)
+        else:
+            _raise(self._unshared.setdefault((key, gpu), {}), owner, ratio)
+        waiting = self._unshared.get((key, gpu), {})
+        for who in [who for who in waiting if self._corroborated(key, gpu, who)]:
+            _raise(self._ratios, arch, waiting.pop(who))
 
     def model_ratio(self, spec: TrainingSpec) -> float | None:
-        """How far above their estimates runs of this architecture went, at most."""
-        return self._ratios.get(architecture(spec))
+        """How far above their estimates runs of this architecture went, at most: those
+        every owner may rely on, and the viewer's own."""
+        arch = architecture(spec)
+        seen = (self._ratios.get(arch), self._own_ratios.get((arch, self._viewer)))
+        return max((ratio for ratio in seen if ratio is not None), default=None)
 
     def seen_by(self, owner: str | None) -> ObservationHistory:
         """This history as `owner`'s jobs see it (the same records, not a copy)."""

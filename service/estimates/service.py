@@ -113,7 +113,7 @@ class EstimatorState:
             return
         gpu, peak = observation.gpu_model, observation.peak_mib
         if attempt.state == "oom":
-            self.current.observe_oom(spec, gpu, peak, owner=job.owner)
+            self.current.observe_oom(spec, gpu, peak, owner=job.owner, trusted=observation.trusted)
         else:
             self.current.observe(spec, gpu, peak, owner=job.owner, trusted=observation.trusted)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -110,6 +111,52 @@ def test_an_oom_widens_the_architectures_bound_but_is_no_peak() -> None:
     assert after.upper_mib == pytest.approx(before.peak_mib * 1.4 * (1 + HISTORY_MARGIN), rel=1e-3)
     assert estimator.estimate(RESNET, "A100-40GB").method == "analytical+learned+model-history"
     assert estimator.observations == []  # nothing for history or a refit
+
+
+def _seen_by(estimator: Estimator, owner: str) -> Estimator:
+    return replace(estimator, history=estimator.history.seen_by(owner))
+
+
+def test_one_owners_run_widens_the_architecture_for_that_owner_only() -> None:
+    """A run's ratio widens its owner's bounds of the architecture at once, another
+    owner's only once corroborated: the spec ran on that GPU model for another owner."""
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    other = RESNET.model_copy(update={"batch_size": 128})
+    before = estimator.estimate(other, "A100-40GB")
+
+    def run(spec: TrainingSpec, gpu: str, owner: str, ratio: float = 1.0) -> None:
+        modelled = estimator.estimate(spec, gpu).peak_mib
+        estimator.observe(spec, gpu, round(modelled * ratio), owner=owner)
+
+    run(RESNET, "A100-40GB", "mallory", ratio=3.0)
+    widened = pytest.approx(before.peak_mib * 3 * (1 + HISTORY_MARGIN), rel=1e-3)
+    assert _seen_by(estimator, "mallory").estimate(other, "A100-40GB").upper_mib == widened
+    assert estimator.estimate(other, "A100-40GB") == before  # no viewer: shared ones only
+    run(RESNET, "H100", "carol")  # on another GPU model: it checks nothing
+    run(RESNET.model_copy(update={"batch_size": 32}), "A100-40GB", "carol")  # another spec
+    assert _seen_by(estimator, "carol").estimate(other, "A100-40GB") == before
+    run(RESNET, "A100-40GB", "carol")  # the spec ran there for another owner
+    assert _seen_by(estimator, "dave").estimate(other, "A100-40GB").upper_mib == widened
+
+
+def test_an_owners_oom_widens_its_next_attempt_and_others_once_corroborated() -> None:
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    other = RESNET.model_copy(update={"batch_size": 128})
+    before = estimator.estimate(other, "A100-40GB")
+    modelled = estimator.estimate(RESNET, "A100-40GB").peak_mib
+
+    def upper(owner: str) -> int:
+        return _seen_by(estimator, owner).estimate(other, "A100-40GB").upper_mib
+
+    estimator.observe_oom(RESNET, "A100-40GB", round(modelled * 1.4), owner="alice")
+    assert upper("alice") == pytest.approx(before.peak_mib * 1.4 * (1 + HISTORY_MARGIN), rel=1e-3)
+    assert upper("bob") == before.upper_mib
+    # bob's run of the spec there corroborates alice's OOM (and releases his peak)
+    estimator.observe(RESNET, "A100-40GB", modelled, owner="bob")
+    assert upper("carol") == upper("alice")
+    # an admin's (trusted) OOM counts for every owner at once
+    estimator.observe_oom(other, "A100-40GB", round(before.peak_mib * 1.6), "root", True)
+    assert upper("carol") == pytest.approx(before.peak_mib * 1.6 * (1 + HISTORY_MARGIN), rel=1e-3)
 
 
 def test_history_on_another_gpu_model_moves_with_the_fixed_cost() -> None:

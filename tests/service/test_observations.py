@@ -17,7 +17,7 @@ from estimator.spec import TrainingSpec
 from service.db import transaction
 from service.jobs.models import JobEstimate
 from tests.conftest import bearer, make_token, register_node
-from tests.service.test_lifecycle import beat, cycle, exited
+from tests.service.test_lifecycle import beat, cycle, exited, job_of
 from tests.service.test_poison import GOOD_TRAINING
 
 T4 = "Tesla T4"
@@ -221,3 +221,23 @@ def test_one_odd_job_of_a_second_owner_does_not_set_the_fixed_cost(
     assert not learned["in_force"] and learned["offset_mib"] == 0.0
     after = estimate_of(submit_as(client, users["carol"], training=unseen))
     assert (after["peak_mib"], after["upper_mib"]) == (before["peak_mib"], before["upper_mib"])
+
+
+def test_one_owners_odd_job_widens_only_that_owners_bounds_of_the_architecture(
+    client: TestClient, users: dict[str, dict[str, str]], database_url: str
+) -> None:
+    """Mallory's one ResNet-50 job at batch 1 holding 38 GiB for ten minutes widens
+    mallory's ResNet-50 bounds, not carol's: no one else ran that spec."""
+    mallory = bearer(make_token(database_url, "user", "mallory"))
+    node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
+    carols = {"model": {"catalog": "resnet50"}, "batch_size": 16, "image_size": 224}
+    before = estimate_of(submit_as(client, users["carol"], training=carols))
+    odd = submit_as(client, mallory, training={**carols, "batch_size": 1})
+    cycle(client)
+    beat(client, node, [exited(odd["id"], peak=38000, ran_s=600)])
+    assert job_of(client, odd["id"])["state"] == "succeeded"
+    cycle(client)
+    after = estimate_of(submit_as(client, users["carol"], training=carols))
+    assert (after["method"], after["upper_mib"]) == (before["method"], before["upper_mib"])
+    own = estimate_of(submit_as(client, mallory, training=carols))
+    assert own["method"].endswith("+model-history") and own["upper_mib"] > 20 * before["upper_mib"]
