@@ -5,19 +5,21 @@ what agents send with them and answers with them. They live in the agent because
 the agent speaks to the server only over HTTP and never imports `service`.
 
 The bounds here are the server's: it refuses a message outside them (4xx). Free text
-is the exception: a job's own words end up in it (its command, its output), so an
-over-long text is cut with a marker instead of refused, since refusing one report
-would refuse the node's every heartbeat after it. A figure the agent could not read
-(NVML cannot tell, a GPU fell off the bus) is None on both sides, never 0: a GPU
-whose use is unknown must not look free.
+and times are the exceptions, since refusing one report would refuse the node's every
+heartbeat after it: a job's own words end up in text (its command, its output), so an
+over-long text is cut with a marker, and a time beyond what can be stored is clamped.
+A figure the agent could not read (NVML cannot tell, a GPU fell off the bus) is None
+on both sides, never 0: a GPU whose use is unknown must not look free.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     Base64Bytes,
     BaseModel,
@@ -59,6 +61,23 @@ def _cut(limit: int) -> Callable[[object], object]:
     return cut
 
 
+# The times the server takes: datetime's own range less a day at either end, so that a
+# time at its edge converted to UTC (0001-01-01T00:00+14:00 is year 0 in UTC), or moved
+# by less than a day (the utilization view's default `since` is an hour before `until`),
+# never overflows. No stored time lies outside it, so clamping to it changes no answer.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def _in_utc(value: datetime) -> datetime:
+    """An aware `value` in UTC, clamped to [EARLIEST, LATEST]."""
+    try:
+        value = value.astimezone(UTC)
+    except OverflowError:  # within a day of datetime's limits
+        return EARLIEST if value.year == 1 else LATEST
+    return min(max(value, EARLIEST), LATEST)
+
+
 Uuid = Annotated[str, StringConstraints(min_length=1, max_length=96)]
 NodeName = Annotated[
     str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
@@ -68,6 +87,7 @@ Pct = Annotated[float, Field(ge=0, le=100)]
 Text = Annotated[str, BeforeValidator(_cut(TEXT_CHARS))]
 Reason = Annotated[str, BeforeValidator(_cut(REASON_CHARS))]
 Id = Annotated[int, Field(ge=1, le=INT32 - 1)]
+UtcTime = Annotated[AwareDatetime, AfterValidator(_in_utc)]
 
 
 def sum_known(a: int | None, b: int | None) -> int | None:
@@ -177,8 +197,8 @@ class AttemptReport(Request):
     job_id: Id
     attempt: Id
     state: Literal["running", "exited"]
-    started_at: AwareDatetime | None = None
-    finished_at: AwareDatetime | None = None
+    started_at: UtcTime | None = None
+    finished_at: UtcTime | None = None
     exit_code: int | None = Field(default=None, ge=-INT32, le=INT32 - 1)
     outcome: Outcome | None = None
     reason: Reason | None = None

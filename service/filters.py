@@ -7,14 +7,14 @@ range), so a dashboard view and the API call behind it always show the same rows
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, Query
-from pydantic import AwareDatetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from agent.protocol import UtcTime
 from estimator.gpus import canonical_gpu_name
 from service.deps import SessionDep
 from service.errors import ApiError
@@ -25,16 +25,9 @@ Owner = Annotated[str | None, Query(max_length=128, description="owner (user) na
 GpuModel = Annotated[
     str | None, Query(max_length=128, description="GPU model; aliases such as A100-40GB work")
 ]
-Since = Annotated[AwareDatetime | None, Query(description="from this time (inclusive)")]
-Until = Annotated[AwareDatetime | None, Query(description="before this time")]
-
-
-# The times a query is taken at: datetime's own range less a day at either end, so that
-# a time at its edge converted to UTC (0001-01-01T00:00+00:01 is year 0 in UTC), or an
-# hour before `until` (the utilization view's default `since`), never overflows. No row
-# lies outside it, so clamping a time to it changes no answer.
-EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
-LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+# in UTC, clamped to what can be stored, as agents' times are (agent/protocol.py)
+Since = Annotated[UtcTime | None, Query(description="from this time (inclusive)")]
+Until = Annotated[UtcTime | None, Query(description="before this time")]
 
 
 @dataclass(frozen=True)
@@ -43,19 +36,7 @@ class TimeRange:
     until: datetime | None = None
 
 
-def _in_utc(value: datetime | None) -> datetime | None:
-    """`value` in UTC, clamped to [EARLIEST, LATEST]."""
-    if value is None:
-        return None
-    try:
-        value = value.astimezone(UTC)
-    except OverflowError:  # within a day of datetime's limits
-        return EARLIEST if value.year == 1 else LATEST
-    return min(max(value, EARLIEST), LATEST)
-
-
 def _time_range(since: Since = None, until: Until = None) -> TimeRange:
-    since, until = _in_utc(since), _in_utc(until)
     if since is not None and until is not None and since >= until:
         raise ApiError(422, "invalid_time_range", "`since` must be before `until`")
     return TimeRange(since, until)

@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
+from agent.protocol import EARLIEST, LATEST, AttemptReport
 from tests.conftest import register_node, submit
-from tests.service.test_lifecycle import GPU0, beat
+from tests.service.test_lifecycle import GPU0, beat, cycle, exited, job_of, running
 
 LIMIT = 64 * 1024
 
@@ -102,6 +104,22 @@ def test_malformed_heartbeats_do_not_touch_gpu_state(client: TestClient) -> None
     beat(client, node, used=99_999)
     (gpu,) = client.get("/v1/admin/cluster").json()["nodes"][0]["gpus"]
     assert gpu["memory_used_mib"] == 15360 and gpu["memory_free_mib"] >= 0
+
+
+@pytest.mark.parametrize("when", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:00:00-14:00"])
+def test_a_report_time_beyond_what_can_be_stored_is_clamped(client: TestClient, when: str) -> None:
+    """Aware, yet before year 1 or after 9999 once in UTC: clamped, never a 5xx, as the
+    agent would send the same report on every heartbeat until it is taken."""
+    assert AttemptReport.model_validate({**running(1), "started_at": when}).started_at in (
+        EARLIEST,
+        LATEST,
+    )
+    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    job = submit(client, memory_mib=1000)["id"]
+    cycle(client)
+    beat(client, node, [{**running(job), "started_at": when}])
+    beat(client, node, [{**exited(job), "started_at": when, "finished_at": when}])
+    assert job_of(client, job)["state"] == "succeeded"
 
 
 def test_the_same_idempotency_key_never_makes_two_jobs(client: TestClient) -> None:
