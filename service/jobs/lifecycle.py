@@ -200,13 +200,27 @@ def preempt(*, session: Session, job: Job, for_job: int) -> None:
     )
 
 
+def _agent_time(attempt: Attempt, reported: datetime | None, now: datetime) -> datetime:
+    """A time an attempt's agent reports (its start, its end) as the server keeps it:
+    not before the attempt started (or, not started yet, was placed), not after now,
+    by the server's own clock; now where the agent gave none. Agents' clocks are not
+    trusted: a node's clock behind or ahead would otherwise decide its jobs' time limits
+    (stopped `timeout` as they start, or run past their limit by the skew), run times
+    (whether a peak is credible) and when their output is dropped."""
+    earliest = attempt.started_at or attempt.placed_at
+    return now if reported is None else min(max(reported, earliest), now)
+
+
 def mark_running(*, session: Session, attempt: Attempt, started_at: datetime | None) -> None:
+    """A placed attempt its agent reports started, at `started_at` as far as the server's
+    clock allows (_agent_time)."""
     if attempt.state != AttemptState.PLACED:
         return
+    now = utcnow()
     attempt.state = AttemptState.RUNNING
-    attempt.started_at = started_at or utcnow()
+    attempt.started_at = _agent_time(attempt, started_at, now)
     attempt.job.state = JobState.RUNNING
-    attempt.job.updated_at = utcnow()
+    attempt.job.updated_at = now
     record(
         session=session,
         kind="job.running",
@@ -278,7 +292,8 @@ def end_attempt(
     finished_at: datetime | None = None,
 ) -> None:
     """Close an attempt: release its GPUs, keep its peaks, and settle the job as the
-    lifecycle rules decide (done, failed, or waiting again)."""
+    lifecycle rules decide (done, failed, or waiting again). It ended at `finished_at`
+    (its agent's) as far as the server's clock allows (_agent_time)."""
     if attempt.state not in ACTIVE_ATTEMPT_STATES:
         return
     job = attempt.job
@@ -289,19 +304,20 @@ def end_attempt(
         timed_out=job.timed_out,
     )
     now = utcnow()
+    finished_at = _agent_time(attempt, finished_at, now)
     peaks = observations.store(
         session=session,
         attempt=attempt,
         outcome=outcome,
         peak_mib_by_gpu=peak_mib_by_gpu or {},
         now=now,
-        finished_at=finished_at or now,
+        finished_at=finished_at,
         settings=settings,
     )
     held = _gpus_held(session, attempt)
     earlier = [AttemptState(a.state) for a in job.attempts if a is not attempt]
     attempt.state = outcome
-    attempt.finished_at = finished_at or now
+    attempt.finished_at = finished_at
     attempt.exit_code = exit_code
     attempt.reason = reason
     attempt.peak_mib = max(peaks) if peaks else attempt.peak_mib
@@ -457,7 +473,7 @@ def accept_late_success(
         )
     attempt.state = AttemptState.SUCCEEDED
     attempt.exit_code = job.exit_code = exit_code
-    attempt.finished_at = finished_at or now
+    attempt.finished_at = _agent_time(attempt, finished_at, now)
     attempt.peak_mib = max(peak_mib_by_gpu.values(), default=attempt.peak_mib)
     attempt.reason = "succeeded while its node was unreachable (reported late)"
     job.state = JobState.SUCCEEDED

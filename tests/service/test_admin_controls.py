@@ -4,7 +4,7 @@ the commands for each, through the app."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from service.nodes.admin import enforce_drain_deadlines
 from service.nodes.models import Node
 from service.scheduling.loop import SchedulerLoop
 from tests.conftest import bearer, make_token, register_node, submit
-from tests.service.test_lifecycle import beat, cycle, exited, job_of, running
+from tests.service.test_lifecycle import beat, cycle, exited, job_of, running, started_ago
 
 
 def events(client: TestClient, kind: str) -> list[str]:
@@ -146,6 +146,29 @@ def test_a_job_past_its_time_limit_is_stopped_and_ends_timeout(make_client: Any)
     assert len(events(client, "job.time_limit")) == 1
 
 
+@pytest.mark.parametrize("skew", [-timedelta(days=1), timedelta(days=365)])
+def test_an_agents_clock_decides_no_time_limit(client: TestClient, skew: timedelta) -> None:
+    """A node's clock behind or ahead: the start and end its agent reports are kept
+    between the attempt's placement and the server's now, so a 1 h limit runs out 1 h
+    into the run, neither as it starts nor the skew later."""
+    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    job = submit(client, memory_mib=1000, time_limit="1h")["id"]
+    cycle(client)
+    beat(client, node)
+    beat(client, node, [{**running(job), "started_at": (utcnow() + skew).isoformat()}])
+    (attempt,) = job_of(client, job)["attempts"]
+    started = datetime.fromisoformat(attempt["started_at"])
+    assert datetime.fromisoformat(attempt["placed_at"]) <= started <= utcnow()
+    sessions = client.app.state.sessions  # type: ignore[attr-defined]
+    with transaction(sessions) as session:
+        assert stop_overdue(session=session, now=started + timedelta(minutes=59)) == []
+    with transaction(sessions) as session:
+        assert stop_overdue(session=session, now=started + timedelta(minutes=61)) == [job]
+    beat(client, node, [{**exited(job), "finished_at": (utcnow() + skew).isoformat()}])
+    (attempt,) = job_of(client, job)["attempts"]
+    assert started <= datetime.fromisoformat(attempt["finished_at"]) <= utcnow()
+
+
 def test_tokens_are_made_listed_and_revoked_over_the_api(
     client: TestClient, database_url: str
 ) -> None:
@@ -223,8 +246,9 @@ def test_the_scheduling_loop_enforces_time_limits_and_drain_deadlines(client: Te
     drained = submit(client, memory_mib=1000)["id"]
     cycle(client)
     beat(client, node)
-    started = (utcnow() - timedelta(minutes=2)).isoformat()
-    reports = [{**running(job), "started_at": started} for job in (limited, drained)]
+    reports = [
+        {**running(job), "started_at": started_ago(client, job, 120)} for job in (limited, drained)
+    ]
     beat(client, node, reports)
     client.post("/v1/nodes/n1/drain", json={"deadline": 1})
     sessions = client.app.state.sessions  # type: ignore[attr-defined]

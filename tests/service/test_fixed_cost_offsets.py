@@ -24,7 +24,7 @@ from service.db import transaction
 from service.estimates.models import FixedCostOffset
 from service.jobs.models import JobEstimate
 from tests.conftest import submit
-from tests.service.test_lifecycle import GPU0, beat, cycle, exited
+from tests.service.test_lifecycle import GPU0, beat, cycle, exited_after
 
 A100 = {
     "uuid": GPU0,
@@ -75,7 +75,7 @@ def test_the_offset_moves_after_observations_and_survives_a_restart(make_client:
         (estimate,) = job["estimates"]
         cycle(client)
         peak = estimate["peak_mib"] + STACK_MIB
-        beat(client, node, [exited(job["id"], peak=peak, ran_s=600)])
+        beat(client, node, [exited_after(client, job["id"], 600, peak=peak)])
         cycle(client)  # a committed sync takes the residual in
     (learned,) = offsets(client)
     assert learned["environment"] == "NVIDIA A100-SXM4-40GB|driver 535.183.01"
@@ -116,7 +116,7 @@ def test_jobs_of_large_models_leave_the_offset_at_its_prior(make_client: Any) ->
         (estimate,) = job["estimates"]
         cycle(client)
         peak = estimate["peak_mib"] + STACK_MIB
-        beat(client, node, [exited(job["id"], peak=peak, ran_s=600)])
+        beat(client, node, [exited_after(client, job["id"], 600, peak=peak)])
         cycle(client)
     (kept,) = offsets(client)
     assert kept["observations"] == 5 and not kept["in_force"] and kept["offset_mib"] == 0.0
@@ -137,7 +137,7 @@ def test_two_batch_sizes_bound_a_third_and_the_bound_survives_a_restart(
         job = submit(client, training=cifar(batch))
         cycle(client)
         peak = job["estimates"][0]["peak_mib"] + STACK_MIB
-        beat(client, node, [exited(job["id"], peak=peak, ran_s=600)])
+        beat(client, node, [exited_after(client, job["id"], 600, peak=peak)])
         cycle(client)
     unseen = {"training": imagenet(512)}
     ratios = []
@@ -149,7 +149,7 @@ def test_two_batch_sizes_bound_a_third_and_the_bound_survives_a_restart(
         assert estimate["fixed_mib"] == fixed > STACK_MIB  # as POST /v1/estimate says
         ratios.append((estimate["peak_mib"] - fixed) / analytical)
         cycle(client)
-        beat(client, node, [exited(job["id"], peak=estimate["peak_mib"], ran_s=600)])
+        beat(client, node, [exited_after(client, job["id"], 600, peak=estimate["peak_mib"])])
         cycle(client)
     bounded = client.post("/v1/estimate", json=unseen).json()["estimates"][0]
     assert bounded["method"] == "history-ratio"

@@ -6,8 +6,10 @@ from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
+from sqlalchemy import update
 
 from service.db import transaction, utcnow
+from service.jobs.models import Attempt
 from service.scheduling.loop import run_cycle
 from tests.conftest import register_node, submit
 
@@ -49,10 +51,8 @@ def exited(
     code: int = 0,
     outcome: str | None = None,
     peak: int = 1000,
-    ran_s: float | None = None,
 ) -> dict[str, Any]:
-    """An attempt's exit; `ran_s`: it started that long ago (if not reported running)."""
-    report = {
+    return {
         "job_id": job_id,
         "attempt": attempt,
         "state": "exited",
@@ -60,9 +60,21 @@ def exited(
         "outcome": outcome,
         "peak_mib_by_gpu": {GPU0: peak},
     }
-    if ran_s is not None:
-        report["started_at"] = (utcnow() - timedelta(seconds=ran_s)).isoformat()
-    return report
+
+
+def started_ago(client: TestClient, job_id: int, seconds: float) -> str:
+    """When the job's attempt started, `seconds` ago, as its agent reports it; its
+    placement is moved as far back, since the server takes no start before it."""
+    then = utcnow() - timedelta(seconds=seconds)
+    with transaction(client.app.state.sessions) as session:  # type: ignore[attr-defined]
+        session.execute(update(Attempt).where(Attempt.job_id == job_id).values(placed_at=then))
+    return then.isoformat()
+
+
+def exited_after(client: TestClient, job_id: int, ran_s: float, **exit: Any) -> dict[str, Any]:
+    """The exit of the job's attempt, not reported running before, `ran_s` after it
+    started."""
+    return {**exited(job_id, **exit), "started_at": started_ago(client, job_id, ran_s)}
 
 
 def job_of(client: TestClient, job_id: int) -> dict[str, Any]:

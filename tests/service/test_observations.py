@@ -17,7 +17,7 @@ from estimator.spec import TrainingSpec
 from service.db import transaction
 from service.jobs.models import JobEstimate
 from tests.conftest import bearer, make_token, register_node
-from tests.service.test_lifecycle import beat, cycle, exited, job_of
+from tests.service.test_lifecycle import beat, cycle, exited_after, job_of
 from tests.service.test_poison import GOOD_TRAINING
 
 T4 = "Tesla T4"
@@ -42,7 +42,7 @@ def finished_run(
     """A job of the good spec by `token`'s owner, placed, run and ended with `peak`."""
     job = submit_as(client, token, training=GOOD_TRAINING)
     cycle(client)
-    beat(client, node, [exited(job["id"], peak=peak, ran_s=ran_s)])
+    beat(client, node, [exited_after(client, job["id"], ran_s, peak=peak)])
     return job
 
 
@@ -82,12 +82,12 @@ def test_a_short_run_or_a_peak_below_the_weights_is_not_learned_from(
         "/v1/jobs", json={"name": "s", "command": ["a"], "training": GOOD_TRAINING}
     ).json()
     cycle(client)
-    beat(client, node, [exited(short["id"], peak=900, ran_s=MIN_CREDIBLE_RUN_S / 2)])
+    beat(client, node, [exited_after(client, short["id"], MIN_CREDIBLE_RUN_S / 2, peak=900)])
     small = client.post(
         "/v1/jobs", json={"name": "b", "command": ["a"], "training": BIG, "memory_mib": 3000}
     ).json()
     cycle(client)
-    beat(client, node, [exited(small["id"], peak=round(weights / 2), ran_s=600)])
+    beat(client, node, [exited_after(client, small["id"], 600, peak=round(weights / 2))])
     messages = [
         e["message"]
         for e in client.get("/v1/admin/events", params={"kind": "job.observation_doubted"}).json()[
@@ -234,7 +234,7 @@ def test_one_owners_odd_job_widens_only_that_owners_bounds_of_the_architecture(
     before = estimate_of(submit_as(client, users["carol"], training=carols))
     odd = submit_as(client, mallory, training={**carols, "batch_size": 1})
     cycle(client)
-    beat(client, node, [exited(odd["id"], peak=38000, ran_s=600)])
+    beat(client, node, [exited_after(client, odd["id"], 600, peak=38000)])
     assert job_of(client, odd["id"])["state"] == "succeeded"
     cycle(client)
     after = estimate_of(submit_as(client, users["carol"], training=carols))

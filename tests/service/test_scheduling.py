@@ -9,7 +9,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from tests.conftest import register_node, submit
-from tests.service.test_lifecycle import beat, cycle, exited, job_of, running
+from tests.service.test_lifecycle import beat, cycle, exited, exited_after, job_of, running
 
 RESNET = {"model": {"catalog": "resnet50"}, "batch_size": 32}
 
@@ -137,7 +137,8 @@ def test_a_spec_that_ran_on_a_gpu_model_may_run_there_alone(client: TestClient) 
     node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
     first = submit(client, training=RESNET)
     cycle(client)
-    beat(client, node, [exited(first["id"], peak=38000, ran_s=600)])  # near the card's 40 GiB
+    near_the_card = exited_after(client, first["id"], 600, peak=38000)  # its 40 GiB
+    beat(client, node, [near_the_card])
     again = submit(client, training=RESNET)
     (estimate,) = again["estimates"]
     assert estimate["method"] == "history" and estimate["upper_mib"] == 41800  # over the card
@@ -168,7 +169,7 @@ def test_closed_loop_history_refit_and_rollback(client: TestClient) -> None:
     node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
     first = submit(client, training=RESNET)
     cycle(client)
-    beat(client, node, [exited(first["id"], peak=7777, ran_s=600)])
+    beat(client, node, [exited_after(client, first["id"], 600, peak=7777)])
     again = submit(client, training=RESNET)
     (estimate,) = again["estimates"]
     assert estimate["method"] == "history" and estimate["peak_mib"] == 7777
@@ -184,8 +185,13 @@ def test_closed_loop_history_refit_and_rollback(client: TestClient) -> None:
 
 
 def test_scheduled_refit_learns_from_finished_jobs(make_client: Any) -> None:
+    # launch_timeout_s: the loop must not take the attempt back unstarted once
+    # exited_after has moved its placement 600 s back
     client = make_client(
-        scheduler_enabled=True, schedule_interval_s=0.05, estimator_refit_interval_s=0.1
+        scheduler_enabled=True,
+        schedule_interval_s=0.05,
+        estimator_refit_interval_s=0.1,
+        launch_timeout_s=3600,
     )
     node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
     job = submit(client, training=RESNET)
@@ -194,7 +200,7 @@ def test_scheduled_refit_learns_from_finished_jobs(make_client: Any) -> None:
     while job_of(client, job["id"])["state"] == "pending":
         assert time.monotonic() < deadline, "the loop never placed the job"
         time.sleep(0.05)
-    beat(client, node, [exited(job["id"], peak=6000, ran_s=600)])
+    beat(client, node, [exited_after(client, job["id"], 600, peak=6000)])
     while client.get("/v1/admin/estimator").json()["active"] == "packaged":
         assert time.monotonic() < deadline, "no scheduled refit"
         time.sleep(0.2)
