@@ -59,9 +59,11 @@ def hold_unschedulable(*, session: Session, job: Job, problem: str) -> None:
 
 
 def cancel(*, session: Session, job: Job) -> Job:
-    """Cancel a pending job at once; ask the agent to stop an active one."""
-    if job.state in (JobState.PENDING, JobState.PLACED):
-        _lock_against_placement(session, job)
+    """Cancel a pending job at once; ask the agent to stop an active one. The job is
+    read again under the placement lock whatever state it was read in: a heartbeat may
+    have just requeued a running one (its attempt lost), which is then pending and
+    cancelled at once, never placed again."""
+    _lock_against_placement(session, job)
     if job.state in FINAL_JOB_STATES:
         raise ApiError(409, "already_finished", f"job {job.id} already ended ({job.state})")
     now = utcnow()

@@ -14,12 +14,14 @@ from sqlalchemy.orm import Session
 
 from service.config import Settings
 from service.db import lock_placements, transaction
+from service.jobs import lifecycle
+from service.jobs.models import Job
 from service.nodes import service as nodes
 from service.scheduling import loop, snapshot_reader
 from service.scheduling.loop import run_cycle
 from tests.conftest import register_node, submit
 from tests.service.test_late_reports import placed_again_on_n2, second_node_beat
-from tests.service.test_lifecycle import beat, cycle, exited
+from tests.service.test_lifecycle import beat, cycle, exited, job_of, running
 
 
 def postgres_only(database_url: str) -> None:
@@ -153,3 +155,28 @@ def test_a_job_held_or_cancelled_while_a_cycle_places_it_stays_so(
         assert answers[0].status_code == 409 and not shown["held"]
     else:
         assert answers[0].status_code == 200 and shown["cancel_requested"]
+
+
+def test_a_job_cancelled_as_its_agent_reports_it_lost_is_cancelled(
+    client: TestClient, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cancellation reads the job running; its agent's report that the attempt was
+    lost (the job requeued) commits before the cancellation writes: the job is
+    cancelled at once, not left waiting to be placed again."""
+    postgres_only(database_url)
+    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    job = submit(client, memory_mib=1000, max_attempts=3)["id"]
+    cycle(client)
+    beat(client, node, [running(job)])
+    cancel = lifecycle.cancel
+
+    def lost_then_cancel(*, session: Session, job: Job) -> Job:
+        beat(client, node, [exited(job.id, code=1, outcome="lost")])  # committed
+        return cancel(session=session, job=job)
+
+    monkeypatch.setattr(lifecycle, "cancel", lost_then_cancel)
+    answer = client.post(f"/v1/jobs/{job}/cancel")
+    assert answer.status_code == 200 and answer.json()["state"] == "cancelled"
+    cycle(client)
+    shown = job_of(client, job)
+    assert shown["state"] == "cancelled" and [a["state"] for a in shown["attempts"]] == ["lost"]
