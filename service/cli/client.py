@@ -19,6 +19,7 @@ from service.cli.errors import CliError
 from service.cli.output import (
     gib,
     print_json,
+    terminal_safe,
     watching,
 )
 from service.scheduler.states import ENDED_ATTEMPT_STATES, FINAL_JOB_STATES
@@ -37,10 +38,12 @@ def _error_message(status: int, body: Any, text: str, token: str | None) -> str:
         return (
             NO_TOKEN if not token else "the API token in COLLOC_TOKEN/--token is unknown or revoked"
         )
-    message = error.get("message") or text[:500]
+    # the server's words may quote what a user sent (json.dumps escapes the details')
+    message = terminal_safe(error.get("message") or text[:500])
     details = error.get("details")
     if error.get("code") == "unknown_gpu_model" and isinstance(details, dict):
-        return f"{message} (HTTP {status})\n  accepted names: {', '.join(details['known'])}"
+        known = terminal_safe(", ".join(details["known"]))
+        return f"{message} (HTTP {status})\n  accepted names: {known}"
     extra = f"\n  details: {json.dumps(details)}" if details else ""
     return f"{message} (HTTP {status}){extra}"
 
@@ -117,7 +120,8 @@ def _or_dash(value: object) -> str:
 
 
 def print_job(job: dict[str, Any]) -> None:
-    """`colloc show`'s text: one field a line, then attempts and estimates."""
+    """`colloc show`'s text: one field a line, then attempts and estimates; each line
+    terminal-safe (its command and reasons are what a user and their job wrote)."""
     fields: list[tuple[str, object]] = [
         ("id", job["id"]),
         ("name", job["name"]),
@@ -136,41 +140,47 @@ def print_job(job: dict[str, Any]) -> None:
         ("updated_at", job["updated_at"]),
         ("finished_at", job["finished_at"]),
     ]
-    for key, value in fields:
-        print(f"{key}: {_or_dash(value)}")
+    lines = [f"{key}: {_or_dash(value)}" for key, value in fields]
     for attempt in job["attempts"]:
         gpus = ", ".join(
             f"{g['model']} #{g['index']} ({g['uuid']})"
             + (f" using {gib(g['used_mib'])}" if g.get("used_mib") is not None else "")
             for g in attempt["gpus"]
         )
-        print(
+        lines.append(
             f"attempt {attempt['number']}: {attempt['state']} on {attempt['node']} [{gpus}] "
             f"reserved {gib(attempt['reserved_mib'])}/GPU, peak {gib(attempt['peak_mib'])}, "
             f"exit {_or_dash(attempt['exit_code'])}, placed {attempt['placed_at']}, "
             f"started {attempt['started_at'] or '-'}, finished {attempt['finished_at'] or '-'}"
-            + (f"\n  reason: {attempt['reason']}" if attempt["reason"] else "")
         )
-    for estimate in job["estimates"]:
-        print(
-            f"estimate on {estimate['gpu_model']}: peak {gib(estimate['peak_mib'])}, "
-            f"upper {gib(estimate['upper_mib'])} ({estimate['method']})"
-        )
+        if attempt["reason"]:
+            lines.append(f"  reason: {attempt['reason']}")
+    lines += [
+        f"estimate on {estimate['gpu_model']}: peak {gib(estimate['peak_mib'])}, "
+        f"upper {gib(estimate['upper_mib'])} ({estimate['method']})"
+        for estimate in job["estimates"]
+    ]
+    for line in lines:
+        print(terminal_safe(line))
 
 
 def _print_explanation(explanation: dict[str, Any]) -> None:
-    print(f"\nwhy: {explanation['summary']}")
+    """`colloc show --explain`'s lines, terminal-safe (they name nodes and GPU models
+    as agents reported them)."""
+    lines = ["", f"why: {explanation['summary']}"]
     for gpu in explanation["gpus"]:
         where = f"  {gpu['node']} GPU {gpu['gpu_index']} ({gpu['model']}):"
         if gpu["fits"]:
-            print(
+            lines.append(
                 f"{where} fits, {gib(gpu['free_mib'])} free for {gib(gpu['demand_mib'])}, "
                 f"score {gpu['score']}"
             )
         else:
-            print(f"{where} " + "; ".join(gpu["reasons"]))
+            lines.append(f"{where} " + "; ".join(gpu["reasons"]))
         if gpu["held_for_job"] is not None:
-            print(f"    held for job {gpu['held_for_job']}")
+            lines.append(f"    held for job {gpu['held_for_job']}")
+    for line in lines:
+        print(terminal_safe(line))
 
 
 def run_show(args: argparse.Namespace) -> int:
@@ -219,7 +229,12 @@ def _say_why_nothing(args: argparse.Namespace, page: dict[str, Any]) -> None:
 
 
 def run_logs(args: argparse.Namespace) -> int:
-    """Print an attempt's output; with --follow, keep printing until it has all come."""
+    """Print an attempt's output; with --follow, keep printing until it has all come.
+
+    The output is written as the job wrote it, control characters and all (as `kubectl
+    logs` and `docker logs` do): its colours and progress bars are what it is read for,
+    and a redirect keeps its bytes. Whoever reads a stranger's job's output on a terminal
+    pipes it through `cat -v` or `less`."""
     params: dict[str, Any] = {"stream": args.stream}
     if args.attempt is not None:
         params["attempt"] = args.attempt

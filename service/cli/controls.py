@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from service.cli.client import request
+from service.cli.output import terminal_safe
 
 
 def run_job_control(args: argparse.Namespace) -> int:
@@ -13,7 +14,8 @@ def run_job_control(args: argparse.Namespace) -> int:
     for job_id in args.ids:
         job = request(args, "POST", f"/v1/jobs/{job_id}/{args.control}")
         held = " (held)" if job["held"] else ""
-        print(f"job {job['id']}: {job['state']}{held}: {job['reason'] or ''}".rstrip(": "))
+        line = f"job {job['id']}: {job['state']}{held}: {job['reason'] or ''}".rstrip(": ")
+        print(terminal_safe(line))  # the reason may be one its job wrote
     return 0
 
 
@@ -22,5 +24,5 @@ def run_node_control(args: argparse.Namespace) -> int:
     node = request(args, "POST", f"/v1/nodes/{args.name}/{args.node_command}", json=body)
     deadline = node["drain_deadline"]
     until = f", running jobs requeued at {deadline}" if deadline else ""
-    print(f"node {node['name']}: {node['admin_state']}{until}")
+    print(terminal_safe(f"node {node['name']}: {node['admin_state']}{until}"))
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -15,6 +16,17 @@ from service.cli.errors import CliError
 
 # Seconds between refreshes under --watch: `watch`'s default (procps-ng watch(1)).
 WATCH_INTERVAL_S = 2.0
+
+# Unicode's control characters (category Cc): C0 with ESC, DEL, and C1 (CSI is U+009B)
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with its control characters written out (ESC as \\x1b), as `ls -b` does:
+    what users and their jobs wrote (a command, a reason copied from a job's stderr)
+    then cannot clear the screen, rewrite lines or set the clipboard of whoever reads
+    it. A backslash is kept as it is, so a command reads as it was given."""
+    return CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
 
 
 def add_output_option(parser: argparse.ArgumentParser, formats: Sequence[str]) -> None:
@@ -87,8 +99,10 @@ def print_listing(
 
 
 def print_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
+    """Columns as wide as their widest cell, every cell terminal-safe."""
+    lines = [[terminal_safe(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
+    for row in lines:
         line = "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
         print(line.rstrip())
 

@@ -16,6 +16,7 @@ from service.cli.output import (
     print_listing,
     print_table,
     short_gpu,
+    terminal_safe,
     watching,
 )
 
@@ -53,7 +54,7 @@ def _job_row(job: dict[str, Any], wide: bool) -> list[str]:
         exit_code = "-" if job["exit_code"] is None else str(job["exit_code"])
         row += [job["queue"], str(job["priority"]), where, peak, exit_code, reason]
     else:
-        row.append(clip(reason, REASON_WIDTH))
+        row.append(clip(terminal_safe(reason), REASON_WIDTH))  # cut as it is shown
     return row
 
 

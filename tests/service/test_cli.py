@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import unicodedata
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from importlib import import_module
@@ -16,12 +17,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.cli import build_parser, completion
+from service.cli import build_parser, completion, run_command
 from service.cli import client as cli_client
 from service.cli.client import NO_TOKEN, _error_message, load_job_file
 from service.cli.errors import CliError
-from service.cli.output import age, gib, short_gpu
-from tests.conftest import register_node, submit
+from service.cli.output import age, gib, short_gpu, terminal_safe
+from service.cli.views import REASON_WIDTH
+from tests.conftest import bearer, make_token, register_node, submit
+from tests.service.test_lifecycle import beat, cycle, exited
 
 
 def _described(parser: argparse.ArgumentParser, path: str) -> Iterator[str]:
@@ -142,6 +145,60 @@ def test_api_errors_speak_of_what_the_user_sets() -> None:
     }
     message = _error_message(422, unknown, "", "t")
     assert "accepted names: Tesla T4, Tesla V100-SXM2-16GB" in message
+
+
+# clear the screen, cursor home, write "rm -rf ~" to the clipboard (OSC 52), and C1's CSI
+EVIL = "\x1b[2J\x1b[H\x1b]52;c;cm0gLXJmIH4=\x07\x9b2J"
+
+
+def test_control_characters_are_written_out() -> None:
+    assert terminal_safe(f"a{EVIL}\x7f\tb") == (
+        "a\\x1b[2J\\x1b[H\\x1b]52;c;cm0gLXJmIH4=\\x07\\x9b2J\\x7f\\x09b"
+    )
+    assert terminal_safe("grep 'a\\.b' é→") == "grep 'a\\.b' é→"  # kept as written
+    bad = {"error": {"message": f"no such model {EVIL}", "details": {"known": [EVIL]}}}
+    assert "\x1b" not in _error_message(422, bad, "", "t")
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        ("show", "1", "--explain"),
+        ("jobs",),
+        ("jobs", "-o", "wide"),
+        ("nodes", "-o", "wide"),
+        ("release", "1"),
+    ],
+)
+def test_no_control_character_reaches_the_readers_terminal(
+    through_app: TestClient, database_url: str, capsys: Any, words: tuple[str, ...]
+) -> None:
+    """A user's command, the reason its agent copied from the job's stderr and a GPU
+    model as an agent names it reach an admin's terminal written out, not acting on it."""
+    mallory = bearer(make_token(database_url, "user", "mallory"))
+    node = register_node(through_app, "n1", [("Tesla T4", 15360)])
+    register_node(through_app, "n2", [(f"Acme X1{EVIL}", 15360)])
+    body = {
+        "name": "j",
+        "command": ["python", f"train.py{EVIL}"],
+        "memory_mib": 1000,
+        "max_attempts": 1,
+        "gpu_models": ["Tesla T4"],
+    }
+    job = through_app.post("/v1/jobs", json=body, headers=mallory).json()["id"]
+    cycle(through_app)
+    beat(through_app, node)
+    oom = exited(job, code=1, outcome="oom")
+    beat(
+        through_app, node, [{**oom, "reason": f"torch.OutOfMemoryError: CUDA out of memory{EVIL}"}]
+    )
+    assert run_command(build_parser().parse_args([*words, "--server", "http://colloc"])) == 0
+    out = capsys.readouterr().out
+    assert not [c for c in out if c != "\n" and unicodedata.category(c) == "Cc"], out
+    assert "\\x1b[2J" in out  # shown, not dropped
+    if words == ("jobs",):  # the reason is cut to its column as it is shown
+        header, row = out.splitlines()
+        assert len(row[header.index("REASON") :]) == REASON_WIDTH
 
 
 def test_jobs_filter_by_several_states(client: TestClient) -> None:
