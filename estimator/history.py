@@ -12,16 +12,19 @@ above the analytical terms the runs' own went.
 
 History is only as good as the runs it learns from, and on a shared cluster a user
 chooses what their job really does. So a peak is learned from only when it is credible
-(`credibility_problem`), and one owner's peaks answer only for that owner's jobs until
-they are corroborated: the spec also ran for another owner on the same GPU model (a run
-on one model checks nothing of a peak claimed on another), or an admin trusts them.
-Until then other owners' jobs are estimated as if that owner's peaks were never
-observed. How far a run went above the models' estimate widens the bound of every job
-of its architecture (any batch size, any GPU model); it follows the same rule, so that
-one owner's job cannot make every other owner's jobs of the architecture reserve a
-whole GPU: a run's ratio widens its owner's bounds at once, and every owner's once the
-run is vouched for or its spec ran on that GPU model for another owner too (an OOM's
-as a peak's). Shared, it only ever rises, so a user cannot talk another's bound down.
+(`credibility_problem`), and one owner's figures (its peaks, how far its runs went
+above the models' estimate) answer for that owner's jobs at once but for
+other owners' only as far as another voter's agree (`_Votes`): of a spec on a GPU model,
+each owner's largest figure counts once, and the vouched-for runs' (no owner, or
+trusted) as one voter whose figures every owner may rely on at once. Other owners see
+the largest figure another voter's lies within HISTORY_MARGIN of (what repeats of one
+spec differ by), so that one owner's inflated run can raise no one else's reservation
+by more than that, and a fake low one cannot talk another's below what an honest owner
+reached; two owners who disagree leave other owners' jobs as if neither had run. A run
+on one GPU model checks nothing of a figure claimed on another. How far a run went above
+the models' estimate widens the bound of every job of its architecture (any batch size,
+any GPU model) as far as the spec's agreed figure on that GPU model goes; shared, it
+only ever rises, so a user cannot talk another's bound down.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from estimator.analytical.model import breakdown
 from estimator.gpus import canonical_gpu_name
@@ -66,9 +69,10 @@ BRACKET_SPAN = 4
 # two left fewer runs above that bound than one (bench/estimator_accuracy.py, section 5).
 MIN_RATIO_BATCHES = 2
 _K = TypeVar("_K")
+_N = TypeVar("_N", int, float)
 
 
-def _raise(kept: dict[_K, float], key: _K, value: float) -> None:
+def _raise(kept: dict[_K, _N], key: _K, value: _N) -> None:
     """Keep the larger of `kept[key]` and `value`."""
     kept[key] = max(value, kept.get(key, value))
 
@@ -208,34 +212,57 @@ class _Repeats:
 
 
 @dataclass
-class _Peak:
-    peak_mib: int
-    owner: str | None  # None: observations without owners (the simulator, one team)
-    released: bool  # every owner's jobs may rely on it (and refits learn from it)
-    vouched: bool  # without an owner, or trusted: any owner's repeat may be judged by it
+class _Votes(Generic[_N]):
+    """One figure of a spec on a GPU model (its peak, how far its runs went above the
+    models' estimate): each voter's largest, by voter (an owner, or None
+    for the vouched-for runs), and the largest other owners' jobs may rely on (`shared`).
+
+    A figure is shared once another voter's lies within HISTORY_MARGIN of it (either
+    side), the largest of such ever, so it only rises. The higher of two that agree: a
+    fake figure just below an honest one cannot talk other owners' jobs below what the
+    honest owner reached, and one just above raises them by at most HISTORY_MARGIN."""
+
+    largest: dict[str | None, _N] = field(default_factory=dict)
+    shared: _N | None = None
+
+    def add(self, voter: str | None, value: _N) -> _N | None:
+        """Count a run's figure; returns the shared figure where it rose, else None."""
+        _raise(self.largest, voter, value)
+        ranked = sorted(self.largest.values(), reverse=True)
+        agreed = next(
+            (hi for hi, lo in itertools.pairwise(ranked) if hi <= lo * (1 + HISTORY_MARGIN)), None
+        )
+        if agreed is None or (self.shared is not None and agreed <= self.shared):
+            return None
+        self.shared = agreed
+        return agreed
+
+    def seen_by(self, viewer: str | None) -> _N | None:
+        """The largest figure `viewer`'s jobs may rely on: the viewer's own, the
+        vouched-for runs', and the shared one (None: none of them)."""
+        seen = (self.largest.get(viewer), self.largest.get(None), self.shared)
+        return max((value for value in seen if value is not None), default=None)
 
 
 class ObservationHistory:
-    """Observed peaks by spec fingerprint, then GPU model (and the same peaks by
-    configuration and batch size); and, by architecture, the largest ratio of an
-    observed peak to the estimate the models made of it.
+    """Observed peaks by spec fingerprint, then GPU model (and the same by configuration
+    and batch size); and, by architecture, the largest ratio of an observed peak to the
+    estimate the models made of it.
 
-    `seen_by(owner)` is the history as that owner's jobs see it: released peaks and
-    shared ratios plus the owner's own. The history itself (no viewer) shows released
-    peaks and shared ratios only."""
+    `seen_by(owner)` is the history as that owner's jobs see it: the shared figures
+    plus the owner's own. The history itself (no viewer) shows the shared ones only."""
 
     def __init__(self) -> None:
-        self._peaks: dict[str, dict[str, list[_Peak]]] = {}
-        self._owners: dict[tuple[str, str], set[str | None]] = {}  # who ran it where
-        # the same peaks by configuration, then batch size, then GPU model
-        self._batches: dict[str, dict[int, dict[str, list[_Peak]]]] = {}
-        # the largest ratio by architecture: of runs every owner may rely on, of each
-        # owner's own, and of runs not corroborated yet by (fingerprint, GPU model), owner
-        self._ratios: dict[str, float] = {}
-        self._own_ratios: dict[tuple[str, str | None], float] = {}
-        self._unshared: dict[tuple[str, str], dict[str | None, float]] = {}
+        self._peaks: dict[str, dict[str, _Votes[int]]] = {}
+        # the same by configuration, then batch size (one spec's by GPU model)
+        self._batches: dict[str, dict[int, dict[str, _Votes[int]]]] = {}
         # the most a run of each fingerprint held when it died of an OOM, by GPU model
         self._ooms: dict[str, dict[str, int]] = {}
+        # how far runs went above their estimate: by (fingerprint, GPU model); the
+        # largest shared one by architecture; each owner's own largest by architecture
+        self._spec_ratios: dict[tuple[str, str], _Votes[float]] = {}
+        self._ratios: dict[str, float] = {}
+        self._own_ratios: dict[tuple[str, str | None], float] = {}
         self._repeats = _Repeats()
         self._viewer: str | None = None
 
@@ -248,28 +275,20 @@ class ObservationHistory:
         owner: str | None = None,
         trusted: bool = False,
     ) -> list[tuple[str, int]]:
-        """Keep a credible peak; returns the (GPU model, peak) pairs it released for
-        every owner (itself, and earlier ones of the spec on its GPU model when it
-        corroborates them)."""
+        """Keep a credible peak; returns the (GPU model, peak) pairs it made every
+        owner's (itself if vouched for, and the spec's shared peak there if it rose)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
-        owners = self._owners.setdefault((key, gpu), set())
-        owners.add(owner)
-        vouched = trusted or owner is None
-        peak = _Peak(peak_mib, owner, vouched, vouched)
-        peaks = self._peaks.setdefault(key, {}).setdefault(gpu, [])
-        self._repeat(key, gpu, owner, vouched, peak_mib, peaks)
-        peaks.append(peak)
-        batches = self._batches.setdefault(configuration(spec), {})
-        batches.setdefault(spec.batch_size, {}).setdefault(gpu, []).append(peak)
-        self._widen(spec, key, gpu, ratio, owner, vouched)
-        corroborated = self._corroborated(key, gpu, owner)
-        released = []
-        for held in peaks:
-            if held is peak or (corroborated and not held.released):
-                held.released = held.released or corroborated
-                if held.released:
-                    released.append((gpu, held.peak_mib))
-        return released
+        voter = None if trusted else owner
+        by_gpu = self._peaks.setdefault(key, {})
+        self._batches.setdefault(configuration(spec), {})[spec.batch_size] = by_gpu
+        votes = by_gpu.setdefault(gpu, _Votes())
+        self._repeat(key, gpu, voter, peak_mib, votes)
+        released = {peak_mib} if voter is None else set()
+        rose = votes.add(voter, peak_mib)
+        if rose is not None:
+            released.add(rose)
+        self._widen(spec, key, gpu, ratio, owner, voter)
+        return [(gpu, mib) for mib in sorted(released)]
 
     def add_oom(
         self,
@@ -287,34 +306,33 @@ class ObservationHistory:
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         by_gpu = self._ooms.setdefault(key, {})
         by_gpu[gpu] = max(held_mib, by_gpu.get(gpu, 0))
-        vouched = trusted or owner is None
-        self._widen(spec, key, gpu, ratio, owner, vouched)
-        before = self._peaks.get(key, {}).get(gpu, [])
-        self._repeat(key, gpu, owner, vouched, held_mib, before, oom=True)
+        voter = None if trusted else owner
+        self._widen(spec, key, gpu, ratio, owner, voter)
+        before = self._peaks.get(key, {}).get(gpu, _Votes())
+        self._repeat(key, gpu, voter, held_mib, before, oom=True)
 
     def _repeat(
         self,
         key: str,
         gpu: str,
-        owner: str | None,
-        vouched: bool,
+        voter: str | None,
         used_mib: int,
-        before: list[_Peak],
+        before: _Votes[int],
         oom: bool = False,
     ) -> None:
-        """Note how far a run of spec `key` on `gpu` went above the largest peak its
-        owner's runs, or vouched-for ones, reached before it there (a vouched-for run:
-        vouched-for ones only): no peak of an owner but its own sets what a run is judged
-        against. An OOM counts only where it held more than that, at what it held (a
-        floor of what it needed); below, it may have died of a neighbour's memory and
-        says nothing of the spec's spread."""
-        judged = [p.peak_mib for p in before if p.vouched or (not vouched and p.owner == owner)]
+        """Note how far a run of spec `key` on `gpu` by `voter` (None: vouched for) went
+        above the largest peak that voter's runs, or vouched-for ones, reached before it
+        there: no peak of an owner but its own sets what a run is judged against. An
+        OOM counts only where it held more than that, at what it held (a floor of what
+        it needed); below, it may have died of a neighbour's memory and says nothing of
+        the spec's spread."""
+        judged = [before.largest[v] for v in {None, voter} if v in before.largest]
         if not judged:
             return
         ratio = used_mib / max(1, max(judged))
         if oom and ratio <= 1:
             return
-        slot = (key, gpu, None if vouched else owner)
+        slot = (key, gpu, voter)
         if ratio > self._repeats.ratios.get(slot, 0.0):
             self._repeats.ratios[slot] = ratio
             self._repeats.changed += 1
@@ -359,27 +377,25 @@ class ObservationHistory:
         """The most a run of `spec` held when it died of an OOM, by GPU model."""
         return dict(self._ooms.get(fingerprint(spec), {}))
 
-    def _corroborated(self, key: str, gpu: str, owner: str | None) -> bool:
-        """Whether spec `key` ran on `gpu` for someone besides `owner` (another owner,
-        or vouched for): what makes `owner`'s peaks and ratios there every owner's."""
-        return bool(self._owners.get((key, gpu), set()) - {owner})
-
     def _widen(
-        self, spec: TrainingSpec, key: str, gpu: str, ratio: float, owner: str | None, vouched: bool
+        self,
+        spec: TrainingSpec,
+        key: str,
+        gpu: str,
+        ratio: float,
+        owner: str | None,
+        voter: str | None,
     ) -> None:
-        """Note that a run of `owner` of spec `key` on `gpu` went `ratio` times its
-        estimate: for its owner's jobs of the architecture at once, for every owner's
-        once vouched for or corroborated (with any of the spec's runs there waiting
-        for it)."""
+        """Note that a run of `owner` (as `voter`) of spec `key` on `gpu` went `ratio`
+        times its estimate: for its owner's jobs of the architecture at once, for every
+        owner's as far as the spec's shared ratio there goes (`_Votes`)."""
         arch = architecture(spec)
         _raise(self._own_ratios, (arch, owner), ratio)
-        if vouched:
-            _raise(self._ratios, arch, ratio)
-        else:
-            _raise(self._unshared.setdefault((key, gpu), {}), owner, ratio)
-        waiting = self._unshared.get((key, gpu), {})
-        for who in [who for who in waiting if self._corroborated(key, gpu, who)]:
-            _raise(self._ratios, arch, waiting.pop(who))
+        votes = self._spec_ratios.setdefault((key, gpu), _Votes())
+        votes.add(voter, ratio)
+        shared = votes.seen_by(None)
+        if shared is not None:
+            _raise(self._ratios, arch, shared)
 
     def model_ratio(self, spec: TrainingSpec) -> float | None:
         """How far above their estimates runs of this architecture went, at most: those
@@ -410,9 +426,6 @@ class ObservationHistory:
         }
         return {batch: peaks for batch, peaks in visible.items() if peaks}
 
-    def _visible(self, by_gpu: dict[str, list[_Peak]]) -> dict[str, int]:
-        visible = {
-            gpu: [p.peak_mib for p in peaks if p.released or p.owner == self._viewer]
-            for gpu, peaks in list(by_gpu.items())
-        }
-        return {gpu: max(peaks) for gpu, peaks in visible.items() if peaks}
+    def _visible(self, by_gpu: dict[str, _Votes[int]]) -> dict[str, int]:
+        seen = {gpu: votes.seen_by(self._viewer) for gpu, votes in list(by_gpu.items())}
+        return {gpu: mib for gpu, mib in seen.items() if mib is not None}

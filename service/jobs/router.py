@@ -174,8 +174,8 @@ def set_priority(
 @router.post("/{job_id}/trust", response_model=TrustedPeaks)
 def trust_peaks(job_id: JobId, session: SessionDep, caller: AdminDep) -> TrustedPeaks:
     """Vouch for a job's observed peaks (admins only): until then they answer only for
-    their owner's jobs, unless another owner's runs of the spec on the same GPU model
-    corroborate them."""
+    their owner's jobs, and others' only where another owner's run of the spec on the
+    same GPU model agrees with them (estimator/history.py)."""
     count = observations.trust(session=session, job=queries.get(session=session, job_id=job_id))
     session.commit()
     return TrustedPeaks(job_id=job_id, trusted_peaks=count)

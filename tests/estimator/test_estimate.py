@@ -119,7 +119,8 @@ def _seen_by(estimator: Estimator, owner: str) -> Estimator:
 
 def test_one_owners_run_widens_the_architecture_for_that_owner_only() -> None:
     """A run's ratio widens its owner's bounds of the architecture at once, another
-    owner's only once corroborated: the spec ran on that GPU model for another owner."""
+    owner's only once another owner's run of the spec on that GPU model went as far
+    (within HISTORY_MARGIN)."""
     estimator = Estimator(default_estimator().artifact, ObservationHistory())
     other = RESNET.model_copy(update={"batch_size": 128})
     before = estimator.estimate(other, "A100-40GB")
@@ -135,7 +136,9 @@ def test_one_owners_run_widens_the_architecture_for_that_owner_only() -> None:
     run(RESNET, "H100", "carol")  # on another GPU model: it checks nothing
     run(RESNET.model_copy(update={"batch_size": 32}), "A100-40GB", "carol")  # another spec
     assert _seen_by(estimator, "carol").estimate(other, "A100-40GB") == before
-    run(RESNET, "A100-40GB", "carol")  # the spec ran there for another owner
+    run(RESNET, "A100-40GB", "carol")  # the spec ran there for another owner, at 1x
+    assert _seen_by(estimator, "dave").estimate(other, "A100-40GB") == before
+    run(RESNET, "A100-40GB", "bob", ratio=2.9)  # a second owner's run went as far
     assert _seen_by(estimator, "dave").estimate(other, "A100-40GB").upper_mib == widened
 
 
@@ -151,12 +154,30 @@ def test_an_owners_oom_widens_its_next_attempt_and_others_once_corroborated() ->
     estimator.observe_oom(RESNET, "A100-40GB", round(modelled * 1.4), owner="alice")
     assert upper("alice") == pytest.approx(before.peak_mib * 1.4 * (1 + HISTORY_MARGIN), rel=1e-3)
     assert upper("bob") == before.upper_mib
-    # bob's run of the spec there corroborates alice's OOM (and releases his peak)
+    # bob's run of the spec there, at its estimate, does not agree with alice's OOM
     estimator.observe(RESNET, "A100-40GB", modelled, owner="bob")
+    assert upper("carol") == before.upper_mib
+    # bob's OOM holding nearly as much corroborates hers
+    estimator.observe_oom(RESNET, "A100-40GB", round(modelled * 1.35), owner="bob")
     assert upper("carol") == upper("alice")
     # an admin's (trusted) OOM counts for every owner at once
     estimator.observe_oom(other, "A100-40GB", round(before.peak_mib * 1.6), "root", True)
     assert upper("carol") == pytest.approx(before.peak_mib * 1.6 * (1 + HISTORY_MARGIN), rel=1e-3)
+
+
+def test_one_owners_peak_far_above_anothers_raises_no_third_owners_estimate() -> None:
+    """Alice ran the spec honestly, mallory held 38 GiB: each sees its own peak, carol
+    neither (they disagree), until a second owner's run agrees with one of them."""
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    before = estimator.estimate(RESNET, "A100-40GB")
+    estimator.observe(RESNET, "A100-40GB", 5000, owner="alice")
+    estimator.observe(RESNET, "A100-40GB", 38_000, owner="mallory")
+    assert _seen_by(estimator, "carol").estimate(RESNET, "A100-40GB") == before
+    assert _seen_by(estimator, "mallory").estimate(RESNET, "A100-40GB").peak_mib == 38_000
+    assert _seen_by(estimator, "alice").estimate(RESNET, "A100-40GB").peak_mib == 5000
+    estimator.observe(RESNET, "A100-40GB", 4800, owner="bob")
+    carol = _seen_by(estimator, "carol").estimate(RESNET, "A100-40GB")
+    assert (carol.method, carol.peak_mib) == ("history", 5000)
 
 
 def test_history_on_another_gpu_model_moves_with_the_fixed_cost() -> None:

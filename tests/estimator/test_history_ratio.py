@@ -86,16 +86,21 @@ def test_one_owner_cannot_lower_another_owners_bound() -> None:
     assert mallory.method == HISTORY_RATIO and mallory.upper_mib < carol.upper_mib
 
 
-def test_a_low_run_released_by_corroboration_hides_no_higher_one() -> None:
+def test_a_low_run_hides_no_higher_one() -> None:
     # alice's runs came before the offset was learned; mallory's low runs of the same
-    # specs are released by them (corroboration): the ratio is worked out now, from the
-    # largest peak each spec reached, so alice's runs set it for everyone
+    # specs agree with no one's, so release nothing; bob's, a little lower than alice's,
+    # do: the ratio is worked out now, from the largest peak each spec may be relied on
+    # for, so alice's runs set it for everyone
     estimator = _estimator(learned=False)
     for batch in (64, 128):
         estimator.observe(AT[batch], A100, _peak(AT[batch], 1.2), owner="alice")
     _learn_offset(estimator)
+    before = _seen_by(estimator, "dave").estimate(AT[512], A100)
     for batch in (64, 128):
         estimator.observe(AT[batch], A100, _peak(AT[batch], 0.3), owner="mallory")
+    assert _seen_by(estimator, "dave").estimate(AT[512], A100) == before
+    for batch in (64, 128):
+        estimator.observe(AT[batch], A100, _peak(AT[batch], 1.15), owner="bob")
     dave = _seen_by(estimator, "dave").estimate(AT[512], A100)
     terms = breakdown(AT[512], GPU)
     assert dave.method == HISTORY_RATIO

@@ -132,13 +132,21 @@ def test_another_owners_run_corroborates_a_spec() -> None:
     # bob's run on another GPU model checks nothing of alice's T4 peak
     assert history.add(spec, "A100-40GB", 900, 1.0, owner="bob") == []
     assert history.seen_by("carol").peaks_by_gpu(spec) == {}
-    assert history.add(spec, T4, 700, 1.0, owner="bob") == [(T4, 500), (T4, 700)]
+    # bob's run on the T4 went 40% higher: either of them may be wrong, neither counts
+    assert history.add(spec, T4, 700, 1.0, owner="bob") == []
+    assert history.seen_by("carol").peaks_by_gpu(spec) == {}
+    # dave's agrees with bob's (within HISTORY_MARGIN): the higher of the two counts
+    assert history.add(spec, T4, 650, 1.0, owner="dave") == [(T4, 700)]
     assert history.seen_by("carol").peaks_by_gpu(spec) == {T4: 700}
-    # a trusted run releases itself, not its owner's other runs
+    # a trusted run counts at once (and agrees with bob's untrusted one, below it)
     a100 = "NVIDIA A100-SXM4-40GB"
     assert history.add(spec, a100, 950, 1.0, owner="bob", trusted=True) == [(a100, 950)]
-    # another owner's run there releases itself and corroborates bob's untrusted one
-    assert history.add(spec, a100, 800, 1.0, owner="dave") == [(a100, 900), (a100, 800)]
+    # another owner's run there, a little higher, agrees with it
+    assert history.add(spec, a100, 1000, 1.0, owner="dave") == [(a100, 1000)]
+    # one owner's far higher run counts for that owner only
+    assert history.add(spec, a100, 5000, 1.0, owner="mallory") == []
+    assert history.seen_by("carol").peaks_by_gpu(spec) == {T4: 700, a100: 1000}
+    assert history.seen_by("mallory").peaks_by_gpu(spec) == {T4: 700, a100: 5000}
 
 
 def test_no_estimate_is_negative(database_url: str, client: TestClient) -> None:
@@ -221,6 +229,34 @@ def test_one_odd_job_of_a_second_owner_does_not_set_the_fixed_cost(
     assert not learned["in_force"] and learned["offset_mib"] == 0.0
     after = estimate_of(submit_as(client, users["carol"], training=unseen))
     assert (after["peak_mib"], after["upper_mib"]) == (before["peak_mib"], before["upper_mib"])
+
+
+def test_one_odd_job_of_a_spec_does_not_raise_another_owners_estimate_of_it(
+    client: TestClient, users: dict[str, dict[str, str]], database_url: str
+) -> None:
+    """Alice's runs of a spec, and one of mallory's holding 4 GiB more: carol's job of
+    the same spec is estimated as if neither had run (not at mallory's peak, released
+    by alice's runs), until bob's run agrees with alice's."""
+    mallory = bearer(make_token(database_url, "user", "mallory"))
+    node = register_node(client, "n1", [(T4, 15360)])
+    before = estimate_of(submit_as(client, users["carol"], training=GOOD_TRAINING))
+    for _ in range(4):
+        finished_run(client, node, users["alice"], peak=before["peak_mib"] + 100)
+        cycle(client)
+    finished_run(client, node, mallory, peak=before["peak_mib"] + 4000)
+    cycle(client)
+    after = estimate_of(submit_as(client, users["carol"], training=GOOD_TRAINING))
+    assert (after["method"], after["peak_mib"], after["upper_mib"]) == (
+        before["method"],
+        before["peak_mib"],
+        before["upper_mib"],
+    )
+    own = estimate_of(submit_as(client, mallory, training=GOOD_TRAINING))
+    assert (own["method"], own["peak_mib"]) == ("history", before["peak_mib"] + 4000)
+    finished_run(client, node, users["bob"], peak=before["peak_mib"] + 90)
+    cycle(client)
+    agreed = estimate_of(submit_as(client, users["carol"], training=GOOD_TRAINING))
+    assert (agreed["method"], agreed["peak_mib"]) == ("history", before["peak_mib"] + 100)
 
 
 def test_one_owners_odd_job_widens_only_that_owners_bounds_of_the_architecture(
