@@ -476,10 +476,10 @@ class Estimator:
         trusted: bool = False,
     ) -> None:
         """Remember that a run of `owner` died of an OOM holding `held_mib`: it needed
-        more, so its architecture lies at least that far above its estimates (for
-        `owner`'s jobs, and every owner's once trusted or corroborated: history.py), and
-        the spec needs more than that on that GPU model (not a peak: neither history nor
-        refits take it)."""
+        more, so the spec needs more than that on that GPU model and its architecture
+        lies at least that far above its estimates (for `owner`'s jobs at once, every
+        owner's once trusted or corroborated: history.py); not a peak, so neither
+        history nor refits take it."""
         name, ratio = self._above_models(spec, gpu_model, held_mib)
         self.history.add_oom(spec, name, held_mib, ratio, owner, trusted)
 

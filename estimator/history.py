@@ -12,8 +12,8 @@ above the analytical terms the runs' own went.
 
 History is only as good as the runs it learns from, and on a shared cluster a user
 chooses what their job really does. So a peak is learned from only when it is credible
-(`credibility_problem`), and one owner's figures (its peaks, how far its runs went
-above the models' estimate) answer for that owner's jobs at once but for
+(`credibility_problem`), and one owner's figures (its peaks, what its OOMs held, how far
+its runs went above the models' estimate) answer for that owner's jobs at once but for
 other owners' only as far as another voter's agree (`_Votes`): of a spec on a GPU model,
 each owner's largest figure counts once, and the vouched-for runs' (no owner, or
 trusted) as one voter whose figures every owner may rely on at once. Other owners see
@@ -213,8 +213,8 @@ class _Repeats:
 
 @dataclass
 class _Votes(Generic[_N]):
-    """One figure of a spec on a GPU model (its peak, how far its runs went above the
-    models' estimate): each voter's largest, by voter (an owner, or None
+    """One figure of a spec on a GPU model (its peak, what its OOMs held, how far its runs
+    went above the models' estimate): each voter's largest, by voter (an owner, or None
     for the vouched-for runs), and the largest other owners' jobs may rely on (`shared`).
 
     A figure is shared once another voter's lies within HISTORY_MARGIN of it (either
@@ -246,8 +246,9 @@ class _Votes(Generic[_N]):
 
 class ObservationHistory:
     """Observed peaks by spec fingerprint, then GPU model (and the same by configuration
-    and batch size); and, by architecture, the largest ratio of an observed peak to the
-    estimate the models made of it.
+    and batch size); what runs of a spec held when they died of an OOM, likewise; and,
+    by architecture, the largest ratio of an observed peak to the estimate the models
+    made of it.
 
     `seen_by(owner)` is the history as that owner's jobs see it: the shared figures
     plus the owner's own. The history itself (no viewer) shows the shared ones only."""
@@ -257,7 +258,7 @@ class ObservationHistory:
         # the same by configuration, then batch size (one spec's by GPU model)
         self._batches: dict[str, dict[int, dict[str, _Votes[int]]]] = {}
         # the most a run of each fingerprint held when it died of an OOM, by GPU model
-        self._ooms: dict[str, dict[str, int]] = {}
+        self._ooms: dict[str, dict[str, _Votes[int]]] = {}
         # how far runs went above their estimate: by (fingerprint, GPU model); the
         # largest shared one by architecture; each owner's own largest by architecture
         self._spec_ratios: dict[tuple[str, str], _Votes[float]] = {}
@@ -300,13 +301,12 @@ class ObservationHistory:
         trusted: bool = False,
     ) -> None:
         """Note that a run of `spec` by `owner` died of an OOM holding `held_mib` on
-        `gpu_model`, `ratio` times the models' estimate: it needed more. What the spec
-        needs there only ever rises, so it counts for every owner; the ratio widens the
-        architecture's bounds as a peak's does (`_widen`)."""
+        `gpu_model`, `ratio` times the models' estimate: it needed more there (for its
+        owner's jobs at once, for others' as far as another voter's agree: `_Votes`),
+        and its ratio widens the architecture's bounds as a peak's does (`_widen`)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
-        by_gpu = self._ooms.setdefault(key, {})
-        by_gpu[gpu] = max(held_mib, by_gpu.get(gpu, 0))
         voter = None if trusted else owner
+        self._ooms.setdefault(key, {}).setdefault(gpu, _Votes()).add(voter, held_mib)
         self._widen(spec, key, gpu, ratio, owner, voter)
         before = self._peaks.get(key, {}).get(gpu, _Votes())
         self._repeat(key, gpu, voter, held_mib, before, oom=True)
@@ -374,8 +374,9 @@ class ObservationHistory:
         return margin
 
     def ooms_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
-        """The most a run of `spec` held when it died of an OOM, by GPU model."""
-        return dict(self._ooms.get(fingerprint(spec), {}))
+        """The most a run of `spec` the viewer may rely on held when it died of an OOM,
+        by GPU model."""
+        return self._visible(self._ooms.get(fingerprint(spec), {}))
 
     def _widen(
         self,

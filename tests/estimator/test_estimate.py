@@ -180,6 +180,27 @@ def test_one_owners_peak_far_above_anothers_raises_no_third_owners_estimate() ->
     assert (carol.method, carol.peak_mib) == ("history", 5000)
 
 
+def test_an_owners_oom_of_a_spec_raises_others_bounds_once_another_agrees() -> None:
+    """What an OOM held bounds its owner's next run of the spec at once; another
+    owner's once a second owner's OOM held about as much, or an admin's at once."""
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    estimator.observe(RESNET, "A100-40GB", 5000)  # vouched for: every owner's history
+
+    def upper(owner: str) -> int:
+        return _seen_by(estimator, owner).estimate(RESNET, "A100-40GB").upper_mib
+
+    plain = upper("carol")
+    estimator.observe_oom(RESNET, "A100-40GB", 9000, owner="alice")
+    assert upper("alice") == pytest.approx(9000 * (1 + HISTORY_MARGIN), abs=1)
+    assert upper("carol") == plain
+    estimator.observe_oom(RESNET, "A100-40GB", 6000, owner="bob")  # far less: no agreement
+    assert upper("carol") == plain
+    estimator.observe_oom(RESNET, "A100-40GB", 8500, owner="dave")
+    assert upper("carol") == upper("alice")
+    estimator.observe_oom(RESNET, "A100-40GB", 12_000, "root", trusted=True)
+    assert upper("carol") == pytest.approx(12_000 * (1 + HISTORY_MARGIN), abs=1)
+
+
 def test_history_on_another_gpu_model_moves_with_the_fixed_cost() -> None:
     estimator = Estimator(default_estimator().artifact, ObservationHistory())
     assert estimator.estimate(RESNET, "H100").method == "analytical+learned"
