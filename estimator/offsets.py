@@ -56,7 +56,9 @@ campaign. The statistic is robust so that one odd run cannot move it:
   models never push out the few that decide.
 
 A learned offset has its own spread (runs of one stack differ by tens of MiB): bounds
-add `margin_mib`, a robust multiple of how far the deciding residuals scatter.
+add `margin_mib`, a robust multiple of how far the deciding residuals lie from the
+vote, one figure per voter combined as the votes are, so that each voter weighs the
+same however many runs it submits.
 
 Use (e.g. a leave-one-environment-out benchmark):
 
@@ -204,20 +206,16 @@ class FixedCostOffsets:
             return True
         return len(votes) == 2 and max(votes.values()) - min(votes.values()) <= AGREEMENT_MIB
 
-    def _votes(self, key: str) -> dict[str, float]:
-        """Each voter's vote: the median of its deciding runs' residuals."""
+    def _by_voter(self, key: str) -> dict[str, list[float]]:
+        """The deciding runs' residuals by voter."""
         by_voter: dict[str, list[float]] = {}
         for run in self._small_model_runs(key):
             by_voter.setdefault(run.voter, []).append(run.residual_mib)
-        return {voter: median(residuals) for voter, residuals in by_voter.items()}
+        return by_voter
 
-    def _deciding_runs(self, key: str) -> Sequence[Residual]:
-        """The runs an offset is taken from: those with small model-dependent terms,
-        once the offset is in force (else none: the prior stays)."""
-        return self._small_model_runs(key) if self.in_force(key) else ()
-
-    def _deciding(self, key: str) -> list[float]:
-        return [run.residual_mib for run in self._deciding_runs(key)]
+    def _votes(self, key: str) -> dict[str, float]:
+        """Each voter's vote: the median of its deciding runs' residuals."""
+        return {voter: median(residuals) for voter, residuals in self._by_voter(key).items()}
 
     def offset_mib(self, key: str) -> float:
         """The learned offset of `key`: 0.0 until in force, then the clipped vote of
@@ -227,21 +225,36 @@ class FixedCostOffsets:
     def _offset_mib(self, key: str) -> float:
         if not self.in_force(key):
             return 0.0
-        vote = _consensus(self._votes(key))
-        return min(HIGHEST_OFFSET_MIB, max(LOWEST_OFFSET_MIB, vote))
+        return min(HIGHEST_OFFSET_MIB, max(LOWEST_OFFSET_MIB, self._vote(key)))
+
+    def _vote(self, key: str) -> float:
+        """The voters' vote (`_consensus`), unclipped."""
+        return self._figure("vote", key, lambda k: _consensus(self._votes(k)))
 
     def margin_mib(self, key: str) -> float:
         """How far above the offset a run of `key` may still go, for bounds: 0.0
-        until learned, then MARGIN_SIGMAS robust standard deviations of the deciding
-        residuals (at most HIGHEST_OFFSET_MIB)."""
+        until in force, then MARGIN_SIGMAS robust standard deviations of the deciding
+        residuals, each voter weighing one (at most HIGHEST_OFFSET_MIB).
+
+        Each voter's figure is the median distance of its deciding runs from the
+        (unclipped) vote, so it counts both their scatter and how far its stack lies
+        from the others'; the figures are combined as the votes are (`_consensus`), so
+        no one voter, however many runs it submits, moves the margin past the other
+        figures and the fallback (the vouched figure, else the prior 0): a vouched
+        figure stands against one owner's, and of two ordinary owners' the smaller
+        holds, so neither widens the other's. With the vouched-for runs alone it is
+        their median absolute deviation."""
         return self._figure("margin", key, self._margin_mib)
 
     def _margin_mib(self, key: str) -> float:
-        deciding = self._deciding(key)
-        if not deciding:
+        if not self.in_force(key):
             return 0.0
-        centre = median(deciding)
-        spread = MAD_TO_SIGMA * median(abs(r - centre) for r in deciding)
+        vote = self._vote(key)
+        figures = {
+            voter: median(abs(r - vote) for r in runs)
+            for voter, runs in self._by_voter(key).items()
+        }
+        spread = MAD_TO_SIGMA * _consensus(figures)
         return min(HIGHEST_OFFSET_MIB, MARGIN_SIGMAS * spread)
 
     def offsets(self) -> dict[str, float]:

@@ -166,6 +166,29 @@ def test_a_fourth_voter_never_moves_it_past_the_others() -> None:
         assert offsets.offset_mib("a") == (600.0 if odd < 0 else 620.0)
 
 
+def test_each_voter_weighs_one_in_the_margin() -> None:
+    """However many runs one owner sends, exactly at the vote or scattered GiBs around
+    it, the margin is a figure the other voters or the fallback give."""
+    margin = 2 * 1.4826 * 20.0  # the vouched runs' median absolute deviation: 20 MiB
+    for scatter in (0.0, 2000.0):
+        offsets = FixedCostOffsets()
+        for residual in (760.0, 780.0, 800.0, 820.0, 840.0):
+            offsets.observe("a", residual, 10.0, voter=VOUCHED)
+        assert offsets.margin_mib("a") == pytest.approx(margin)
+        for sign in (-1, 1) * 50:
+            offsets.observe("a", 800.0 + sign * scatter, 10.0, voter="mallory")
+        assert offsets.offset_mib("a") == 800.0
+        assert offsets.margin_mib("a") == pytest.approx(margin)
+    owners = FixedCostOffsets()
+    for voter, runs in (("alice", (580.0, 600.0, 620.0)), ("bob", (570.0, 600.0, 630.0))):
+        for residual in runs:
+            owners.observe("a", residual, 10.0, voter=voter)
+    for sign in (-1, 1) * 50:
+        owners.observe("a", 600.0 + sign * 3000.0, 10.0, voter="mallory")
+    # of three figures (20, 30 and 3,000 MiB from the vote, 600), the median
+    assert owners.margin_mib("a") == pytest.approx(2 * 1.4826 * 30.0)
+
+
 def test_a_campaign_of_large_models_leaves_the_prior() -> None:
     """A new environment's first runs are all of large models whose terms the analytical
     model overestimates by 20%: residual = 1000 - 0.2 x model. Their residuals measure
