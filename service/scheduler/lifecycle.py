@@ -41,22 +41,23 @@ def followed_reservation(
 
 
 def oom_retry_floor(
-    rules: ReservationRules, *, needed_mib: int, outgrown: bool, last_try: bool, largest_mib: int
+    rules: ReservationRules, *, needed_mib: int, last_try: bool, largest_mib: int
 ) -> int:
     """The least a retry after an OOM reserves per GPU, for a job that needed more than
     `needed_mib` where the most one eligible GPU can give it is `largest_mib`.
 
     The factor more, but never more than the largest GPU gives, so that a job does not
-    fail for want of a GPU while one could give it more than it needed. A job that
-    `outgrew` its reservation showed its estimate wrong by an unknown amount: on its
-    last try it gets the largest GPU whole, so that it does not fail for want of
-    attempts while some GPU could run it alone. One squeezed out by its neighbours
-    (its own need was within its reservation) does not need that. With no GPU giving
-    more than it needed, the factor more (the job cannot run again)."""
+    fail for want of a GPU while one could give it more than it needed. On its last try
+    it gets the largest GPU whole, whether it outgrew its reservation (its estimate was
+    wrong by an unknown amount) or was squeezed out by neighbours that outgrew theirs
+    before it reached its own peak (what it needs beyond what it held is unknown too):
+    shared, a GPU could fail it either way, and it would fail for want of attempts
+    while some GPU could run it alone. With no GPU giving more than it needed, the
+    factor more (the job cannot run again)."""
     least = math.ceil(needed_mib * rules.oom_factor)
     if needed_mib >= largest_mib:
         return least
-    if outgrown and last_try:
+    if last_try:
         return largest_mib
     return min(least, largest_mib)
 
@@ -163,8 +164,6 @@ def settle(
             oom_retry_floor(
                 rules,
                 needed_mib=needed,
-                # it passed its reservation, or ran out with its reservation intact
-                outgrown=ending.peak_mib > ending.reserved_mib or available >= ending.reserved_mib,
                 last_try=tries + 1 >= job.max_attempts,
                 largest_mib=largest,
             ),

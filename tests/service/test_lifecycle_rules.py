@@ -84,14 +84,18 @@ def test_the_last_try_of_a_job_that_outgrew_its_reservation_gets_the_largest_gpu
     assert decide(AttemptState.OOM, [AttemptState.OOM] * 2, job_gpus=2).floor_mib == 24000
 
 
-def test_a_job_squeezed_out_by_its_neighbours_asks_only_the_factor_more() -> None:
+def test_a_job_squeezed_out_by_its_neighbours_asks_the_factor_more_then_a_gpu_whole() -> None:
+    """Squeezed before its peak, what it needs beyond what it held is unknown: on its
+    last try it runs alone (a spiky job, reserved 14,766 MiB beside neighbours that had
+    outgrown theirs, then needing 21,564, failed for want of attempts before)."""
     # it reserved 9000 and reached 5000, but its neighbours left it only 8000
     squeezed = GpuHeld(memory_total_mib=16000, foreign_mib=0, neighbours_mib=8000)
-    for earlier in ([], [AttemptState.OOM] * 2):  # on its last try too
-        decision = decide(
-            AttemptState.OOM, earlier, gpus=[squeezed], reserved_mib=9000, peak_mib=5000
-        )
-        assert decision.floor_mib == 13500  # 1.5 x 9000
+    first = decide(AttemptState.OOM, [], gpus=[squeezed], reserved_mib=9000, peak_mib=5000)
+    assert first.floor_mib == 13500  # 1.5 x 9000
+    last = decide(
+        AttemptState.OOM, [AttemptState.OOM] * 2, gpus=[squeezed], reserved_mib=9000, peak_mib=5000
+    )
+    assert last.job_state == JobState.PENDING and last.floor_mib == 40000
 
 
 def test_a_job_that_needed_more_than_every_gpu_has_fails() -> None:
