@@ -208,6 +208,17 @@ def test_two_users_runs_teach_the_cluster_its_fixed_cost(
     assert after["peak_mib"] == pytest.approx(before["peak_mib"] + 600, abs=5)
 
 
+def alice_then_mallory(
+    client: TestClient, node: int, alice: dict[str, str], mallory: dict[str, str], peak: int
+) -> None:
+    """Four runs of alice's at `peak` + 100 MiB, then one of mallory's at `peak` + 4000."""
+    for _ in range(4):
+        finished_run(client, node, alice, peak=peak + 100)
+        cycle(client)
+    finished_run(client, node, mallory, peak=peak + 4000)
+    cycle(client)
+
+
 def test_one_odd_job_of_a_second_owner_does_not_set_the_fixed_cost(
     client: TestClient, users: dict[str, dict[str, str]], database_url: str
 ) -> None:
@@ -219,11 +230,7 @@ def test_one_odd_job_of_a_second_owner_does_not_set_the_fixed_cost(
     ran = estimate_of(submit_as(client, users["alice"], training=GOOD_TRAINING))
     unseen = {**GOOD_TRAINING, "model": {"transformer": {"layers": 2, "hidden": 256, "heads": 4}}}
     before = estimate_of(submit_as(client, users["carol"], training=unseen))
-    for _ in range(4):
-        finished_run(client, node, users["alice"], peak=ran["peak_mib"] + 100)
-        cycle(client)
-    finished_run(client, node, mallory, peak=ran["peak_mib"] + 4000)
-    cycle(client)
+    alice_then_mallory(client, node, users["alice"], mallory, ran["peak_mib"])
     (learned,) = client.get("/v1/admin/estimator").json()["fixed_cost_offsets"]
     assert learned["observations"] == 5
     assert not learned["in_force"] and learned["offset_mib"] == 0.0
@@ -240,11 +247,7 @@ def test_one_odd_job_of_a_spec_does_not_raise_another_owners_estimate_of_it(
     mallory = bearer(make_token(database_url, "user", "mallory"))
     node = register_node(client, "n1", [(T4, 15360)])
     before = estimate_of(submit_as(client, users["carol"], training=GOOD_TRAINING))
-    for _ in range(4):
-        finished_run(client, node, users["alice"], peak=before["peak_mib"] + 100)
-        cycle(client)
-    finished_run(client, node, mallory, peak=before["peak_mib"] + 4000)
-    cycle(client)
+    alice_then_mallory(client, node, users["alice"], mallory, before["peak_mib"])
     after = estimate_of(submit_as(client, users["carol"], training=GOOD_TRAINING))
     assert (after["method"], after["peak_mib"], after["upper_mib"]) == (
         before["method"],
