@@ -229,7 +229,7 @@ class FixedCostOffsets:
 
     def _vote(self, key: str) -> float:
         """The voters' vote (`_consensus`), unclipped."""
-        return self._figure("vote", key, lambda k: _consensus(self._votes(k)))
+        return self._figure("vote", key, lambda k: _consensus(self._votes(k), 0.0))
 
     def margin_mib(self, key: str) -> float:
         """How far above the offset a run of `key` may still go, for bounds: 0.0
@@ -240,10 +240,12 @@ class FixedCostOffsets:
         (unclipped) vote, so it counts both their scatter and how far its stack lies
         from the others'; the figures are combined as the votes are (`_consensus`), so
         no one voter, however many runs it submits, moves the margin past the other
-        figures and the fallback (the vouched figure, else the prior 0): a vouched
-        figure stands against one owner's, and of two ordinary owners' the smaller
-        holds, so neither widens the other's. With the vouched-for runs alone it is
-        their median absolute deviation."""
+        figures and the vouched figure: a vouched figure stands against one owner's. Of
+        two ordinary owners' the larger holds: one owner may widen the other's bounds
+        (costing room, as a stack not learned yet does), but never narrow them below
+        what the other's runs showed (risking OOMs), and the larger figure holds the gap
+        between their votes. With the vouched-for runs alone it is their median absolute
+        deviation."""
         return self._figure("margin", key, self._margin_mib)
 
     def _margin_mib(self, key: str) -> float:
@@ -254,7 +256,9 @@ class FixedCostOffsets:
             voter: median(abs(r - vote) for r in runs)
             for voter, runs in self._by_voter(key).items()
         }
-        spread = MAD_TO_SIGMA * _consensus(figures)
+        # of two ordinary owners' figures the larger: one may widen the other's bounds
+        # (costing room), never narrow them (risking OOMs)
+        spread = MAD_TO_SIGMA * _consensus(figures, max(figures.values()))
         return min(HIGHEST_OFFSET_MIB, MARGIN_SIGMAS * spread)
 
     def offsets(self) -> dict[str, float]:
@@ -309,13 +313,13 @@ def decides(residual_mib: float, model_mib: float) -> bool:
     return model_mib <= max(DECIDING_MODEL_MIB, residual_mib)
 
 
-def _consensus(votes: dict[str, float]) -> float:
-    """The median of the voters' `votes`; of an even number, the median of them and the
-    fallback (the vouched vote where there is one, else the prior 0), so that one voter
-    never moves it past the other votes and what stands without the ordinary owners."""
+def _consensus(votes: dict[str, float], fallback: float) -> float:
+    """The median of the voters' `votes`; of an even number, the median of them and
+    the vouched vote where there is one, else `fallback`, so that one voter never moves
+    it past the other votes and what stands without the ordinary owners."""
     values = list(votes.values())
     if len(values) % 2 == 0:
-        values.append(votes.get(VOUCHED, 0.0))
+        values.append(votes.get(VOUCHED, fallback))
     return median(values)
 
 

@@ -189,6 +189,21 @@ def test_each_voter_weighs_one_in_the_margin() -> None:
     assert owners.margin_mib("a") == pytest.approx(2 * 1.4826 * 30.0)
 
 
+def test_of_two_owners_one_cannot_narrow_the_margin() -> None:
+    """Mallory's runs, all at one value within AGREEMENT_MIB below alice's vote, make
+    his vote the offset and his own figure 0: the margin is alice's figure, which holds
+    both her runs' scatter and the gap between their votes."""
+    offsets = FixedCostOffsets()
+    for residual in (980.0, 1000.0, 1020.0) * 2:
+        offsets.observe("a", residual, 10.0, voter="alice")
+    low = 1000.0 - AGREEMENT_MIB + 11.0
+    for _ in range(6):
+        offsets.observe("a", low, 10.0, voter="mallory")
+    assert offsets.offset_mib("a") == low
+    # alice's runs lie 245-265 MiB above it, their median 245
+    assert offsets.margin_mib("a") == pytest.approx(2 * 1.4826 * (1000.0 - low))
+
+
 def test_a_campaign_of_large_models_leaves_the_prior() -> None:
     """A new environment's first runs are all of large models whose terms the analytical
     model overestimates by 20%: residual = 1000 - 0.2 x model. Their residuals measure
