@@ -142,7 +142,10 @@ def _set_held(*, session: Session, job: Job, held: bool, by: str) -> None:
 def requeue(*, session: Session, job: Job, why: str) -> Job:
     """Stop a placed or running job's attempt and let the job wait again: the
     preemption path (its agent is told to stop it; it ends `preempted`, not counted
-    against the job's attempts)."""
+    against the job's attempts). Under the placement lock, read again, as cancel does:
+    a heartbeat that requeued the job meanwhile leaves no stop request on a pending job
+    for its next attempt."""
+    _lock_against_placement(session, job)
     if job.state not in (JobState.PLACED, JobState.RUNNING):
         raise ApiError(
             409,
@@ -204,13 +207,18 @@ def preempt(*, session: Session, job: Job, for_job: int) -> None:
 
 def _agent_time(attempt: Attempt, reported: datetime | None, now: datetime) -> datetime:
     """A time an attempt's agent reports (its start, its end) as the server keeps it:
-    not before the attempt started (or, not started yet, was placed), not after now,
-    by the server's own clock; now where the agent gave none. Agents' clocks are not
-    trusted: a node's clock behind or ahead would otherwise decide its jobs' time limits
-    (stopped `timeout` as they start, or run past their limit by the skew), run times
-    (whether a peak is credible) and when their output is dropped."""
+    as reported where it lies between the attempt's start (or, not started yet, its
+    placement) and now by the server's own clock, else now, when the server heard of it
+    (within a heartbeat of the event). Agents' clocks are not trusted: a node's clock
+    behind or ahead would otherwise decide its jobs' time limits (stopped `timeout` as
+    they start, or run past their limit by the skew), run times (whether a peak is
+    credible) and when their output is dropped. Replaced rather than clamped, so that a
+    clock behind by more than a run keeps the run's length (both ends are when the
+    server heard them) instead of squeezing it to nothing against its start."""
     earliest = attempt.started_at or attempt.placed_at
-    return now if reported is None else min(max(reported, earliest), now)
+    if reported is None or not earliest <= reported <= now:
+        return now
+    return reported
 
 
 def mark_running(*, session: Session, attempt: Attempt, started_at: datetime | None) -> None:

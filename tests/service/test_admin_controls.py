@@ -15,7 +15,7 @@ from sqlalchemy import select, update
 from service.cli import build_parser, run_command
 from service.config import Settings
 from service.db import transaction, utcnow
-from service.jobs.lifecycle import stop_overdue
+from service.jobs.lifecycle import _agent_time, stop_overdue
 from service.jobs.models import Attempt
 from service.nodes.admin import enforce_drain_deadlines
 from service.nodes.models import Node
@@ -167,6 +167,25 @@ def test_an_agents_clock_decides_no_time_limit(client: TestClient, skew: timedel
     beat(client, node, [{**exited(job), "finished_at": (utcnow() + skew).isoformat()}])
     (attempt,) = job_of(client, job)["attempts"]
     assert started <= datetime.fromisoformat(attempt["finished_at"]) <= utcnow()
+
+
+def test_a_clock_behind_by_more_than_a_run_keeps_the_runs_length() -> None:
+    """Both ends reported a day behind are taken as when the server heard them, ten
+    minutes apart, not squeezed against the placement (a run of 0 s, its peak doubted);
+    a time within what the server can believe stays as reported."""
+    placed = utcnow() - timedelta(hours=1)
+    attempt = Attempt(placed_at=placed, started_at=None)
+    heard_start = placed + timedelta(minutes=5)
+    attempt.started_at = _agent_time(attempt, heard_start - timedelta(days=1), heard_start)
+    heard_end = heard_start + timedelta(minutes=10)
+    finished = _agent_time(attempt, heard_end - timedelta(days=1), heard_end)
+    assert (attempt.started_at, finished - attempt.started_at) == (
+        heard_start,
+        timedelta(minutes=10),
+    )
+    within = heard_start + timedelta(minutes=4)
+    assert _agent_time(attempt, within, heard_end) == within
+    assert _agent_time(attempt, heard_end + timedelta(days=1), heard_end) == heard_end
 
 
 def test_tokens_are_made_listed_and_revoked_over_the_api(

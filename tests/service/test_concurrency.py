@@ -180,3 +180,27 @@ def test_a_job_cancelled_as_its_agent_reports_it_lost_is_cancelled(
     cycle(client)
     shown = job_of(client, job)
     assert shown["state"] == "cancelled" and [a["state"] for a in shown["attempts"]] == ["lost"]
+
+
+def test_a_requeue_as_its_agent_reports_it_lost_leaves_no_stop_request(
+    client: TestClient, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The requeue reads the job running; its agent's report that the attempt was lost
+    (the job requeued) commits first: the requeue answers 409, and the job's next
+    attempt is not told to stop as soon as it is placed."""
+    postgres_only(database_url)
+    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    job = submit(client, memory_mib=1000, max_attempts=3)["id"]
+    cycle(client)
+    beat(client, node, [running(job)])
+    requeue = lifecycle.requeue
+
+    def lost_then_requeue(*, session: Session, job: Job, why: str) -> Job:
+        beat(client, node, [exited(job.id, code=1, outcome="lost")])  # committed
+        return requeue(session=session, job=job, why=why)
+
+    monkeypatch.setattr(lifecycle, "requeue", lost_then_requeue)
+    assert client.post(f"/v1/jobs/{job}/requeue").status_code == 409
+    assert job_of(client, job)["state"] == "pending"
+    with transaction(client.app.state.sessions) as session:  # type: ignore[attr-defined]
+        assert not session.get(Job, job).preempt_requested  # type: ignore[union-attr]
