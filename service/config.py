@@ -89,8 +89,8 @@ class Settings(BaseSettings):
     heartbeat_batch_max: int = Field(default=100, ge=1, le=1000)
     default_max_attempts: int = Field(default=3, ge=1, le=20)
     # OOM recovery: the next attempt reserves this factor times what the failed one
-    # needed (never more than the largest eligible GPU gives; on its last try a job
-    # that outgrew its reservation gets that GPU whole: `scheduler/lifecycle.py`),
+    # needed (never more than the largest eligible GPU gives; on its last try it gets
+    # that GPU whole: `scheduler/lifecycle.py`),
     # after a back-off of oom_backoff_s * 2^(failures - 1)
     oom_reservation_factor: float = Field(default=1.2, ge=1.0, le=4.0)
     oom_backoff_s: float = Field(default=10.0, ge=0, le=3600)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
+import unicodedata
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -17,16 +17,28 @@ from service.cli.errors import CliError
 # Seconds between refreshes under --watch: `watch`'s default (procps-ng watch(1)).
 WATCH_INTERVAL_S = 2.0
 
-# Unicode's control characters (category Cc): C0 with ESC, DEL, and C1 (CSI is U+009B)
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+def _hidden(char: str) -> bool:
+    """Unicode's control characters (category Cc: C0 with ESC, DEL, C1, whose CSI is
+    U+009B) and its format characters (Cf: the bidirectional overrides and isolates,
+    zero-width spaces and joiners), which reorder or hide what a terminal shows."""
+    return unicodedata.category(char) in ("Cc", "Cf")
 
 
 def terminal_safe(text: str) -> str:
-    """`text` with its control characters written out (ESC as \\x1b), as `ls -b` does:
-    what users and their jobs wrote (a command, a reason copied from a job's stderr)
-    then cannot clear the screen, rewrite lines or set the clipboard of whoever reads
-    it. A backslash is kept as it is, so a command reads as it was given."""
-    return CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", text)
+    """`text` with its control and format characters written out (ESC as \\x1b, U+202E
+    as \\u202e), as `ls -b` does: what users and their jobs wrote (a command, a reason
+    copied from a job's stderr) then cannot clear the screen, rewrite lines, set the
+    clipboard or show its text reordered to whoever reads it. A backslash is kept as
+    it is, so a command reads as it was given."""
+    if text.isprintable():
+        return text
+    return "".join(_escaped(char) if _hidden(char) else char for char in text)
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def add_output_option(parser: argparse.ArgumentParser, formats: Sequence[str]) -> None:

@@ -156,6 +156,8 @@ def test_control_characters_are_written_out() -> None:
         "a\\x1b[2J\\x1b[H\\x1b]52;c;cm0gLXJmIH4=\\x07\\x9b2J\\x7f\\x09b"
     )
     assert terminal_safe("grep 'a\\.b' é→") == "grep 'a\\.b' é→"  # kept as written
+    # a right-to-left override shows "train_gpj.sh" as "train_hs.jpg"; zero width hides
+    assert terminal_safe("train_\u202egpj.sh\u200b") == "train_\\u202egpj.sh\\u200b"
     bad = {"error": {"message": f"no such model {EVIL}", "details": {"known": [EVIL]}}}
     assert "\x1b" not in _error_message(422, bad, "", "t")
 
