@@ -144,10 +144,16 @@ def layer_kind(module: torch.nn.Module) -> str | None:
 
 def describe(model: torch.nn.Module) -> dict[str, Any]:
     """Parameters, weight matrices and layers by kind. `nn.MultiheadAttention` also
-    counts its packed query/key/value projection as a linear layer (a matmul with no
-    module of its own; timm's attention has it as one `nn.Linear`)."""
+    counts its input projections as linear layers (matmuls with no module of their
+    own): one packed query/key/value weight, as timm's attention has it in one
+    `nn.Linear`, or three where the key and value widths differ."""
     layers = Counter(kind for m in model.modules() if (kind := layer_kind(m)) is not None)
-    layers["linear"] += sum(isinstance(m, torch.nn.MultiheadAttention) for m in model.modules())
+    layers["linear"] += sum(
+        getattr(m, weight, None) is not None
+        for m in model.modules()
+        if isinstance(m, torch.nn.MultiheadAttention)
+        for weight in ("in_proj_weight", "q_proj_weight", "k_proj_weight", "v_proj_weight")
+    )
     layers = +layers  # drop a zero count
     return {
         "params": sum(p.numel() for p in model.parameters()),

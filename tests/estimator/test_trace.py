@@ -178,6 +178,25 @@ def test_bad_factories_get_a_message_not_a_traceback(
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+def test_layers_count_by_the_torch_class_they_derive_from() -> None:
+    """A subclass of a torch layer counts as that layer; `nn.MultiheadAttention` adds
+    its input projections (one packed weight, or three with other key/value widths)."""
+    torch = need("torch")
+    from estimator.trace import describe
+
+    norm_act = type("NormAct", (torch.nn.BatchNorm2d,), {})  # as timm's BatchNormAct2d
+    with torch.device("meta"):
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 8, 3),
+            norm_act(8),
+            torch.nn.MultiheadAttention(8, 2),
+            torch.nn.MultiheadAttention(8, 2, kdim=4, vdim=4),
+        )
+    layers = describe(model)["layers"]
+    # each attention's output projection, then 1 + 3 input projections
+    assert layers == {"attention": 2, "batchnorm": 1, "conv2d": 1, "linear": 6}
+
+
 def test_without_torch_the_cli_says_how_to_get_it(project: Path) -> None:
     """A Python whose `import torch` fails (a stand-in module that raises)."""
     (project / "torch.py").write_text("raise ImportError('No module named torch')\n")
