@@ -157,6 +157,15 @@ def test_a_job_held_or_cancelled_while_a_cycle_places_it_stays_so(
         assert answers[0].status_code == 200 and shown["cancel_requested"]
 
 
+def running_job(client: TestClient) -> tuple[int, int]:
+    """A node, and a job of three attempts running on it."""
+    node = register_node(client, "n1", [("Tesla T4", 15360)])
+    job = submit(client, memory_mib=1000, max_attempts=3)["id"]
+    cycle(client)
+    beat(client, node, [running(job)])
+    return node, job
+
+
 def test_a_job_cancelled_as_its_agent_reports_it_lost_is_cancelled(
     client: TestClient, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -164,10 +173,7 @@ def test_a_job_cancelled_as_its_agent_reports_it_lost_is_cancelled(
     lost (the job requeued) commits before the cancellation writes: the job is
     cancelled at once, not left waiting to be placed again."""
     postgres_only(database_url)
-    node = register_node(client, "n1", [("Tesla T4", 15360)])
-    job = submit(client, memory_mib=1000, max_attempts=3)["id"]
-    cycle(client)
-    beat(client, node, [running(job)])
+    node, job = running_job(client)
     cancel = lifecycle.cancel
 
     def lost_then_cancel(*, session: Session, job: Job) -> Job:
@@ -189,10 +195,7 @@ def test_a_requeue_as_its_agent_reports_it_lost_leaves_no_stop_request(
     (the job requeued) commits first: the requeue answers 409, and the job's next
     attempt is not told to stop as soon as it is placed."""
     postgres_only(database_url)
-    node = register_node(client, "n1", [("Tesla T4", 15360)])
-    job = submit(client, memory_mib=1000, max_attempts=3)["id"]
-    cycle(client)
-    beat(client, node, [running(job)])
+    node, job = running_job(client)
     requeue = lifecycle.requeue
 
     def lost_then_requeue(*, session: Session, job: Job, why: str) -> Job:
