@@ -77,6 +77,11 @@ def _raise(kept: dict[_K, _N], key: _K, value: _N) -> None:
     kept[key] = max(value, kept.get(key, value))
 
 
+def _largest(*values: _N | None) -> _N | None:
+    """The largest of `values` that are known (None: none is)."""
+    return max((value for value in values if value is not None), default=None)
+
+
 def fingerprint(spec: TrainingSpec) -> str:
     canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -240,8 +245,7 @@ class _Votes(Generic[_N]):
     def seen_by(self, viewer: str | None) -> _N | None:
         """The largest figure `viewer`'s jobs may rely on: the viewer's own, the
         vouched-for runs', and the shared one (None: none of them)."""
-        seen = (self.largest.get(viewer), self.largest.get(None), self.shared)
-        return max((value for value in seen if value is not None), default=None)
+        return _largest(self.largest.get(viewer), self.largest.get(None), self.shared)
 
 
 class ObservationHistory:
@@ -402,8 +406,7 @@ class ObservationHistory:
         """How far above their estimates runs of this architecture went, at most: those
         every owner may rely on, and the viewer's own."""
         arch = architecture(spec)
-        seen = (self._ratios.get(arch), self._own_ratios.get((arch, self._viewer)))
-        return max((ratio for ratio in seen if ratio is not None), default=None)
+        return _largest(self._ratios.get(arch), self._own_ratios.get((arch, self._viewer)))
 
     def seen_by(self, owner: str | None) -> ObservationHistory:
         """This history as `owner`'s jobs see it (the same records, not a copy)."""

@@ -49,11 +49,11 @@ def oom_retry_floor(
     The factor more, but never more than the largest GPU gives, so that a job does not
     fail for want of a GPU while one could give it more than it needed. On its last try
     it gets the largest GPU whole, whether it outgrew its reservation (its estimate was
-    wrong by an unknown amount) or ran out within it, squeezed before it reached its
-    own peak (what it needs beyond what it held is unknown too):
-    shared, a GPU could fail it either way, and it would fail for want of attempts
-    while some GPU could run it alone. With no GPU giving more than it needed, the
-    factor more (the job cannot run again)."""
+    wrong by an unknown amount) or ran out within it, squeezed before it reached its own
+    peak (what it needs beyond what it held is unknown too): shared, a GPU could fail it
+    either way, and it would fail for want of attempts while some GPU could run it
+    alone. With no GPU giving more than it needed, the factor more (the job cannot run
+    again)."""
     least = math.ceil(needed_mib * rules.oom_factor)
     if needed_mib >= largest_mib:
         return least
