@@ -122,6 +122,9 @@ class LayerSummary(Strict):
     activations_per_sample: int = Field(ge=0, le=10**13)
     largest_activation_per_sample: int = Field(default=0, ge=0, le=10**13)
     layers: dict[str, int] = Field(default_factory=dict, max_length=64)
+    # attention scores per sample that fused kernels recompute and an eager attention
+    # keeps (counted only with `flash_attention: false`)
+    attention_scores_per_sample: int = Field(default=0, ge=0, le=10**13)
 
 
 class ModelRef(Strict):

@@ -5,9 +5,10 @@ The factory is called with PyTorch's default device set to `meta`, so the model 
 any example input it returns) has shapes but no storage: nothing is allocated, no
 weights are read, no GPU is needed. One training step's forward runs under autograd's
 saved-tensor hooks, which see every tensor kept for backward (each storage counted once,
-parameters excluded; attention as a GPU's fused kernels keep it, `fused_attention`);
-the backward pass then runs too, so a model that cannot train fails here rather than on
-the cluster. Needs torch (the `trace` extra); the server only ever receives the numbers.
+parameters excluded; attention as a GPU's fused kernels keep it, `fused_attention`, and
+the scores an eager attention would keep too counted apart); the backward pass then runs
+too, so a model that cannot train fails here rather than on the cluster. Needs torch
+(the `trace` extra); the server only ever receives the numbers.
 
 The factory returns the model, or `(model, example_batch)` where the batch is a tensor,
 a tuple of tensors or a dict of keyword tensors whose first dimension is the batch;
@@ -17,12 +18,13 @@ with a bare model, `input_shape` gives one sample's shape (e.g. 3,224,224).
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import os
 import sys
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 import torch
@@ -89,36 +91,49 @@ def _fused_sdpa(
     attn_mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
+    *,
+    scores: list[int],
     **options: Any,
 ) -> torch.Tensor:
     """`scaled_dot_product_attention`'s signature, through `_FusedAttention` where a GPU
     would run a fused kernel: both take only 4-d (batch, heads, sequence, features)
     inputs, and grouped-query attention with a mask only the math kernel runs (PyTorch's
     `sdp_utils.cpp` checks); windowed attention that keeps its windows as a fifth
-    dimension (timm's Nest and Hiera) runs the math kernel on a GPU too."""
+    dimension (timm's Nest and Hiera) runs the math kernel on a GPU too. Each fused
+    call appends to `scores` the score elements it does not keep (batch x heads x
+    queries x keys), which an eager attention would."""
     options |= {"dropout_p": dropout_p, "is_causal": is_causal}
     if query.dim() != 4 or (attn_mask is not None and options.get("enable_gqa", False)):
         return _SDPA(query, key, value, attn_mask=attn_mask, **options)
+    scores.append(query.shape[:-1].numel() * key.shape[-2])
     fused: torch.Tensor = _FusedAttention.apply(query, key, value, attn_mask, options)
     return fused
 
 
-def fused_attention() -> contextlib.AbstractContextManager[Any]:
-    """Within it, `scaled_dot_product_attention` keeps what the fused kernels keep. The
-    module's attribute is patched: what models and `F.multi_head_attention_forward` call.
-    The backward pass needs it too: activation checkpointing recomputes the forward there,
-    and its saved tensors must match the first pass's."""
-    return mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", _fused_sdpa)
+def fused_attention(scores: list[int] | None = None) -> contextlib.AbstractContextManager[Any]:
+    """Within it, `scaled_dot_product_attention` keeps what the fused kernels keep (and
+    counts into `scores` what they leave out). The module's attribute is patched: what
+    models and `F.multi_head_attention_forward` call. The backward pass needs it too:
+    activation checkpointing recomputes the forward there, and its saved tensors must
+    match the first pass's."""
+    sdpa = functools.partial(_fused_sdpa, scores=[] if scores is None else scores)
+    return mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", sdpa)
 
 
-def saved_activation_elements(
-    model: torch.nn.Module, *args: Any, **kwargs: Any
-) -> tuple[int, int, Any]:
-    """Elements autograd keeps for backward in one forward pass (parameters excluded;
-    attention counted as the fused kernels keep it, `_FusedAttention`), the largest
-    single saved storage among them, and the forward's output."""
+class SavedActivations(NamedTuple):
+    """What one forward pass keeps for backward, in elements (parameters excluded)."""
+
+    elements: int  # every saved storage once, attention as the fused kernels keep it
+    largest: int  # the biggest single storage among them
+    scores: int  # attention scores the fused kernels recompute and an eager attention keeps
+    output: Any  # the forward's output
+
+
+def saved_activations(model: torch.nn.Module, *args: Any, **kwargs: Any) -> SavedActivations:
+    """What autograd keeps for backward in one forward pass of `model`."""
     params = {p.untyped_storage()._cdata for p in model.parameters()}
     saved: dict[int, int] = {}
+    scores: list[int] = []
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
@@ -126,9 +141,12 @@ def saved_activation_elements(
             saved[storage._cdata] = storage.nbytes() // max(tensor.element_size(), 1)
         return tensor
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor), fused_attention():
+    hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+    with hooks, fused_attention(scores):
         output = model(*args, **kwargs)
-    return sum(saved.values()), max(saved.values(), default=0), output
+    return SavedActivations(
+        sum(saved.values()), max(saved.values(), default=0), sum(scores), output
+    )
 
 
 def layer_kind(module: torch.nn.Module) -> str | None:
@@ -236,8 +254,8 @@ def trace(target: str, input_shape: tuple[int, ...] | None = None) -> LayerSumma
         args = tuple(a.to("meta") if isinstance(a, torch.Tensor) else a for a in args)
         kwargs = {k: v.to("meta") if isinstance(v, torch.Tensor) else v for k, v in kwargs.items()}
         samples = _batch_size(args, kwargs)
-        total, largest, output = saved_activation_elements(model, *args, **kwargs)
-        loss = _loss(output)
+        saved = saved_activations(model, *args, **kwargs)
+        loss = _loss(saved.output)
         if loss is not None:
             with fused_attention():
                 torch.autograd.backward(loss)  # the step's backward: fails if it cannot train
@@ -248,7 +266,8 @@ def trace(target: str, input_shape: tuple[int, ...] | None = None) -> LayerSumma
     shape = describe(model)
     return LayerSummary(
         params=shape["params"],
-        activations_per_sample=total // samples,
-        largest_activation_per_sample=largest // samples,
+        activations_per_sample=saved.elements // samples,
+        largest_activation_per_sample=saved.largest // samples,
+        attention_scores_per_sample=saved.scores // samples,
         layers=shape["layers"],
     )

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from estimator.trace import describe, saved_activation_elements
+from estimator.trace import describe, saved_activations
 
 DATA_DIR = Path(__file__).with_name("data")
 BATCH = 2
@@ -41,6 +41,8 @@ VISION_FIELDS = [
     "activations_per_sample",
     "largest_activation_per_sample",
     "activation_exponent",
+    "attention_scores_per_sample",
+    "attention_scores_exponent",
     "reference_size",
     "layers",
 ]
@@ -66,22 +68,36 @@ def images(size: int) -> dict[str, Any]:
     return {"x": torch.empty(BATCH, 3, size, size, device="meta")}
 
 
+def _growth(reference: int, fewer: int, size: int, smaller: int) -> float:
+    """The exponent of pixels that takes a count from `fewer` at `smaller` to
+    `reference` at `size` (within 0.5 and 2: patch tokens grow as pixels, global
+    attention's scores as their square)."""
+    exponent = math.log(reference / fewer) / math.log((size / smaller) ** 2)
+    return round(min(max(exponent, 0.5), 2.0), 4)
+
+
 def measured(
     name: str, build: Callable[[int], torch.nn.Module], inputs: Inputs, size: int
 ) -> dict[str, Any]:
-    """Parameters, layer counts and saved activations at input `size`, and how the
-    activations grow with the input (from a second, smaller one)."""
+    """Parameters, layer counts, saved activations and the attention scores an eager
+    attention would keep beside them, at input `size`, and how both grow with the
+    input (from a second, smaller one)."""
     model = on_meta(lambda: build(size))
     entry: dict[str, Any] = {"name": name, "reference_size": size, **describe(model)}
-    reference, largest, _ = saved_activation_elements(model, **inputs(size))
-    entry["activations_per_sample"] = reference // BATCH
-    entry["largest_activation_per_sample"] = largest // BATCH
+    reference = saved_activations(model, **inputs(size))
+    entry["activations_per_sample"] = reference.elements // BATCH
+    entry["largest_activation_per_sample"] = reference.largest // BATCH
+    if reference.scores:
+        entry["attention_scores_per_sample"] = reference.scores // BATCH
     smaller = max(32, (size * 3 // 4) // 32 * 32)
     try:
         resized = on_meta(lambda: build(smaller))
-        fewer, _, _ = saved_activation_elements(resized, **inputs(smaller))
-        exponent = math.log(reference / fewer) / math.log((size / smaller) ** 2)
-        entry["activation_exponent"] = round(min(max(exponent, 0.5), 2.0), 4)
+        fewer = saved_activations(resized, **inputs(smaller))
+        entry["activation_exponent"] = _growth(reference.elements, fewer.elements, size, smaller)
+        if reference.scores and fewer.scores:
+            entry["attention_scores_exponent"] = _growth(
+                reference.scores, fewer.scores, size, smaller
+            )
     except Exception:  # fixed-size models: assume activations grow with pixels
         entry["activation_exponent"] = 1.0
         entry["exponent_assumed"] = True

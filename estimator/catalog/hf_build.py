@@ -16,7 +16,7 @@ import torch
 
 from estimator.catalog.build import BATCH, DATA_DIR, Builder, measured, on_meta
 from estimator.catalog.hf_configs import MODELS, HfModel
-from estimator.trace import describe, saved_activation_elements
+from estimator.trace import describe, saved_activations
 
 HEADS = {
     "causal-lm": "AutoModelForCausalLM",
@@ -108,13 +108,14 @@ def speech_entry(model: HfModel) -> dict[str, Any]:
                 BATCH, ref["decoder_tokens"], dtype=torch.long, device="meta"
             ),
         }
-    total, largest, _ = saved_activation_elements(built, **inputs)
+    saved = saved_activations(built, **inputs)
     return {
         "name": model.name,
         "kind": "speech",
         "reference_input": ref,
-        "activations_per_sample": total // BATCH,
-        "largest_activation_per_sample": largest // BATCH,
+        "activations_per_sample": saved.elements // BATCH,
+        "largest_activation_per_sample": saved.largest // BATCH,
+        **({"attention_scores_per_sample": saved.scores // BATCH} if saved.scores else {}),
         **describe(built),
     }
 

@@ -117,6 +117,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "activations_per_sample": "activation elements saved for backward per sample",
         "largest_activation_per_sample": "elements of the largest single activation per sample",
         "layers": "layer counts by kind (`linear`, `conv2d`, ...)",
+        "attention_scores_per_sample": (
+            "attention scores per sample that fused kernels recompute (charged with "
+            "`flash_attention: false`)"
+        ),
     },
     "Parallelism": {
         "dp": "data-parallel ranks",

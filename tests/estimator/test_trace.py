@@ -146,15 +146,22 @@ def test_attention_is_counted_as_the_fused_kernels_keep_it(
     also the ReLU's input), one log-sum-exp per head and row (2x256) and the ReLU's output
     (256x8); not the 2x256x256 weights the meta device's math kernel keeps. Windows as a
     fifth dimension run the math kernel on a GPU (4 windows of 64x64 weights per head are
-    kept); under activation checkpointing the recomputed forward matches the first."""
+    kept); under activation checkpointing the recomputed forward matches the first. The
+    scores an eager attention would keep as well are counted apart, for fused calls only."""
     need("torchvision")
     from estimator.trace import trace
 
     monkeypatch.chdir(project)
     fused = 256 * (8 + 24 + 1 + 8 + 2 + 8)
-    assert trace("mymodels:attend").activations_per_sample == fused
-    assert trace("mymodels:windowed").activations_per_sample > 2 * 4 * 64 * 64
-    assert trace("mymodels:checkpointed").activations_per_sample < fused
+    attend = trace("mymodels:attend")
+    assert attend.activations_per_sample == fused
+    assert attend.attention_scores_per_sample == 2 * 256 * 256
+    windowed = trace("mymodels:windowed")
+    assert windowed.activations_per_sample > 2 * 4 * 64 * 64
+    assert windowed.attention_scores_per_sample == 0
+    checkpointed = trace("mymodels:checkpointed")
+    assert checkpointed.activations_per_sample < fused
+    assert checkpointed.attention_scores_per_sample == 2 * 256 * 256
 
 
 @pytest.mark.parametrize(
