@@ -217,7 +217,10 @@ class TrainingSpec(Strict):
     # keeps O(sqrt(layers)) of their activations; selective is counted as none
     activation_checkpointing: Checkpointing = "none"
     checkpoint_every: int | None = Field(default=None, ge=1, le=1024)
-    flash_attention: bool = False  # attention without the s^2 score tensors
+    # true: attention keeps no s^2 score tensors (flash / fused SDPA kernels); false: it
+    # keeps them (eager attention); unset: transformer forms count them, catalogued and
+    # traced models count attention as PyTorch 2 runs it on a GPU (fused)
+    flash_attention: bool | None = None
     master_weights: bool = True  # fp16/bf16/fp8: keep fp32 master weights in the optimizer
     parallelism: Parallelism = Parallelism()
 

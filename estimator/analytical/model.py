@@ -29,7 +29,11 @@ from estimator.analytical.precision import (
     optimizer_step_temp_bytes,
     state_bytes,
 )
-from estimator.analytical.transformer import total_params, transformer_memory
+from estimator.analytical.transformer import (
+    eager_score_bytes,
+    total_params,
+    transformer_memory,
+)
 from estimator.catalog import UnknownModelError, lookup
 from estimator.gpus import GpuDescription, GpuModel
 from estimator.spec import TrainingSpec, TransformerDims, validation_problems
@@ -66,6 +70,8 @@ class ModelShape:
     activation_exponent: float = 1.0
     layer_count: int = 1
     layers: dict[str, int] = field(default_factory=dict)  # layer kind -> count
+    attention_scores_per_sample: float = 0.0  # kept by eager attention only
+    attention_scores_exponent: float = 2.0
 
 
 def _transformer_shape(name: str, params: int, dims: TransformerDims) -> ModelShape:
@@ -117,6 +123,7 @@ def resolve(spec: TrainingSpec) -> ModelShape:
             float(summary.largest_activation_per_sample),
             layer_count=layers,
             layers=dict(summary.layers),
+            attention_scores_per_sample=float(summary.attention_scores_per_sample),
         )
     assert ref.catalog is not None
     try:
@@ -137,6 +144,8 @@ def resolve(spec: TrainingSpec) -> ModelShape:
         entry.activation_exponent,
         layers,
         dict(entry.layers),
+        float(entry.attention_scores_per_sample),
+        entry.attention_scores_exponent,
     )
 
 
@@ -207,22 +216,29 @@ class Breakdown:
 
 
 def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: float) -> float:
-    """Saved activations plus the two gradient buffers of the largest one.
+    """Saved activations plus the two gradient buffers of the largest one, and with
+    `flash_attention: false` the attention scores an eager attention keeps too.
 
     While backward passes the layer with the largest saved tensor, the gradients with
     respect to its output and input (each as large) exist beside what is still saved.
     """
-    scale = 1.0
+    pixels = 1.0
     if spec.image_size is not None and shape.reference_size:
         pixels = (spec.image_size / shape.reference_size) ** 2
-        scale = pixels**shape.activation_exponent
-    elements = shape.activations_per_sample * scale * spec.batch_size
+    scale: float = pixels**shape.activation_exponent
+    kept = shape.activations_per_sample * scale * spec.batch_size * element_bytes
+    if spec.flash_attention is False:
+        scores: float = shape.attention_scores_per_sample * pixels**shape.attention_scores_exponent
+        # a model's dropout on its attention is not known: none, as timm's and
+        # torchvision's defaults (attn_drop 0)
+        per_score = eager_score_bytes(element_bytes, autocast(spec.precision), dropout=False)
+        kept += scores * spec.batch_size * per_score
     if spec.activation_checkpointing == "full":
         # checkpoint every sqrt(n)-th layer: O(sqrt(n)) memory (Chen et al. 2016,
         # "Training Deep Nets with Sublinear Memory Cost")
-        elements *= min(1.0, 2 / math.sqrt(shape.layer_count))
+        kept *= min(1.0, 2 / math.sqrt(shape.layer_count))
     transient = 2 * shape.largest_activation_per_sample * scale * spec.batch_size
-    return (elements + transient) * element_bytes
+    return kept + transient * element_bytes
 
 
 def communicates(spec: TrainingSpec) -> bool:
@@ -306,7 +322,7 @@ def breakdown(
             spec.seq_len,
             spec.batch_size,
             sizes.activation,
-            spec.flash_attention,
+            spec.flash_attention is True,
             spec.activation_checkpointing,
             par,
             spec.checkpoint_every,

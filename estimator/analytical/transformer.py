@@ -162,14 +162,19 @@ def layer_activation_bytes(
     sharded = (attention + mlp_elements) * element_bytes
     if not flash_attention:
         scores = a * s * (keys or s) * b
-        if autocast:
-            # the fp32 softmax output, the 16-bit copy the product with V keeps, the mask
-            per_score = 4.0 + element_bytes + mask
-        else:
-            # the softmax output and the dropout output, plus the dropout mask
-            per_score = element_bytes * (2 if dims.dropout else 1) + mask
-        sharded += scores * per_score
+        sharded += scores * eager_score_bytes(element_bytes, autocast, dims.dropout)
     return LayerActivations(replicated=replicated, sharded=sharded)
+
+
+def eager_score_bytes(element_bytes: float, autocast: bool, dropout: bool) -> float:
+    """Bytes an eager (math-kernel) attention keeps for backward per score: the softmax
+    output, and with dropout the dropout output and its 1-byte mask; under autocast the
+    softmax runs in fp32 (autocast's fp32 list) and the product with V keeps its 16-bit
+    copy of the probabilities as well."""
+    mask = 1.0 if dropout else 0.0
+    if autocast:
+        return 4.0 + element_bytes + mask
+    return element_bytes * (2 if dropout else 1) + mask
 
 
 # Model chunks per rank under the interleaved schedule: torchtitan's default for its

@@ -29,7 +29,8 @@ PREFIXES = {"tv": "torchvision", "torchvision": "torchvision", "timm": "timm", "
 OTHER_FORMS = (
     "without the catalog, describe the model as {transformer: {layers, hidden, heads, "
     "ffn_hidden, vocab, kv_heads}}, as {hf_config: {...its config.json...}}, or as "
-    "{summary: {params, activations_per_sample, largest_activation_per_sample, layers}}, "
+    "{summary: {params, activations_per_sample, largest_activation_per_sample, layers, "
+    "attention_scores_per_sample}}, "
     "which `colloc estimate --trace pkg.module:factory` writes from your own code"
 )
 
@@ -53,6 +54,9 @@ class CatalogEntry:
     activations_per_sample: int = 0
     largest_activation_per_sample: int = 0
     activation_exponent: float = 1.0
+    # scores an eager (math-kernel) attention keeps, which the fused kernels do not
+    attention_scores_per_sample: int = 0
+    attention_scores_exponent: float = 2.0
     reference_size: int = 0
     hf_config: dict[str, Any] | None = None
     num_classes: int = 0  # timm: the default head's classes
@@ -85,6 +89,9 @@ def _entry(source: str, raw: dict[str, Any]) -> CatalogEntry:
         activations_per_sample=int(raw.get("activations_per_sample", 0)),
         largest_activation_per_sample=int(raw.get("largest_activation_per_sample", 0)),
         activation_exponent=float(raw.get("activation_exponent", 1.0)),
+        attention_scores_per_sample=int(raw.get("attention_scores_per_sample", 0)),
+        # not measured (a fixed-size model): global attention's, the steeper growth
+        attention_scores_exponent=float(raw.get("attention_scores_exponent") or 2.0),
         reference_size=int(raw.get("reference_size", 0)),
         hf_config=raw.get("hf_config"),
         num_classes=int(raw.get("num_classes", 0)),

@@ -18,7 +18,7 @@ import ast
 import csv
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from itertools import combinations
 from pathlib import Path
@@ -86,7 +86,7 @@ class Measurement:
     gpu_model: str
     measured_mib: int
     censored: bool
-    flash_attention: bool = False
+    flash_attention: bool | None = None  # as TrainingSpec's (None: unset)
     horus_mib: float | None = None
     faketensor_mib: float | None = None
     gpumemnet_mib: float | None = None
@@ -544,7 +544,7 @@ def write(rows: list[Measurement], path: Path = TABLE) -> None:
             writer.writerow(asdict(row))
 
 
-def _optional(value: str, kind: type) -> Any:
+def _optional(value: str, kind: Callable[[str], Any]) -> Any:
     return None if value == "" else kind(value)
 
 
@@ -564,7 +564,7 @@ def read(path: Path = TABLE) -> list[Measurement]:
                 raw["gpu_model"],
                 int(raw["measured_mib"]),
                 raw["censored"] == "True",
-                raw["flash_attention"] == "True",
+                _optional(raw["flash_attention"], lambda text: text == "True"),
                 _optional(raw["horus_mib"], float),
                 _optional(raw["faketensor_mib"], float),
                 _optional(raw["gpumemnet_mib"], float),

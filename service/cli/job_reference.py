@@ -80,8 +80,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
         "activation_checkpointing": "which activations are recomputed in backward",
         "checkpoint_every": "with `selective`: checkpoint every N-th block",
         "flash_attention": (
-            "attention without the sequence-squared score tensors (transformer forms; "
-            "catalogued and traced models count attention as a GPU runs it)"
+            "`true`: attention keeps no sequence-squared scores (flash or fused SDPA "
+            "kernels); `false`: it keeps them (eager attention, PyTorch before 2.0); "
+            "unset: transformer forms keep them, catalogued and traced models run "
+            "attention as PyTorch 2 does on a GPU (fused)"
         ),
         "master_weights": "fp16/bf16/fp8: keep fp32 master weights in the optimizer",
         "parallelism": (

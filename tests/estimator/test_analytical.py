@@ -71,6 +71,61 @@ def test_an_autocast_transformer_keeps_more_than_a_pure_16_bit_one() -> None:
     assert (amp.activations - half.activations) * MIB == pytest.approx(expected, rel=1e-6)
 
 
+def test_eager_attention_keeps_the_scores_a_catalogued_model_runs_fused() -> None:
+    """PyTorch 2 runs a catalogued ViT's attention fused; `flash_attention: false` (an
+    eager attention, as PyTorch before 2.0 ran timm's) keeps every score besides: under
+    autocast its fp32 softmax output and the 16-bit copy the product with V keeps."""
+    deit = lookup("timm:deit_base_patch16_224")
+    assert deit.attention_scores_per_sample == 12 * 12 * 197 * 197  # layers x heads x s^2
+
+    def activations(image_size: int, **kw: object) -> float:
+        body = {"model": {"catalog": "timm:deit_base_patch16_224"}, "batch_size": 128}
+        body |= {"image_size": image_size, "precision": "amp_fp16", **kw}
+        return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
+
+    fused = activations(224)
+    assert activations(224, flash_attention=True) == fused
+    eager = activations(224, flash_attention=False) - fused
+    assert eager == pytest.approx(deit.attention_scores_per_sample * 128 * (4 + 2))
+    # global attention: twice the pixels side, 4x the tokens, 16x the scores
+    assert deit.attention_scores_exponent == pytest.approx(2.0, abs=0.02)
+    larger = activations(448, flash_attention=False) - activations(448)
+    assert larger == pytest.approx(eager * 4**deit.attention_scores_exponent)
+
+
+def test_attention_written_out_keeps_its_scores_in_its_activations() -> None:
+    """timm's Swin computes `q @ k^T` and its softmax itself (no fused kernel even on
+    PyTorch 2): its scores are among its traced activations, and eager attention adds
+    nothing to them."""
+    swin = lookup("timm:swin_tiny_patch4_window7_224")
+    assert swin.attention_scores_per_sample == 0
+
+    def activations(**kw: object) -> float:
+        body = {"model": {"catalog": "timm:swin_tiny_patch4_window7_224"}, "batch_size": 8}
+        return breakdown(TrainingSpec.model_validate(body | kw), None).activations
+
+    assert activations(flash_attention=False) == activations()
+
+
+def test_a_summary_counts_its_scores_only_under_eager_attention() -> None:
+    def activations(**kw: object) -> float:
+        summary = {"params": 1_000_000, "activations_per_sample": 1_000_000}
+        body = {"model": {"summary": summary | {"attention_scores_per_sample": 10**6}}}
+        spec = TrainingSpec.model_validate(body | {"batch_size": 8, **kw})
+        return breakdown(spec, None).activations * MIB
+
+    assert activations(flash_attention=True) == activations()
+    assert activations(flash_attention=False) - activations() == pytest.approx(8 * 10**6 * 4)
+
+
+def test_an_unset_flash_attention_keeps_a_transformer_form_s_scores() -> None:
+    spec = {"model": {"transformer": GPT.model_dump()}, "batch_size": 2, "seq_len": 1024}
+    unset = breakdown(TrainingSpec.model_validate(spec), None)
+    eager = breakdown(TrainingSpec.model_validate(spec | {"flash_attention": False}), None)
+    flash = breakdown(TrainingSpec.model_validate(spec | {"flash_attention": True}), None)
+    assert unset.activations == eager.activations > flash.activations
+
+
 def summary_spec(**kw: object) -> TrainingSpec:
     body: dict[str, object] = {
         "model": {"summary": {"params": 1_000_000_000, "activations_per_sample": 0}},
