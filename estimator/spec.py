@@ -125,6 +125,9 @@ class LayerSummary(Strict):
     # attention scores per sample that fused kernels recompute and an eager attention
     # keeps (counted only with `flash_attention: false`)
     attention_scores_per_sample: int = Field(default=0, ge=0, le=10**13)
+    largest_attention_scores_per_sample: int = Field(default=0, ge=0, le=10**13)  # one call's
+    # bytes of activations per sample under torch.autocast (0: unknown, 16 bits an element)
+    autocast_bytes_per_sample: int = Field(default=0, ge=0, le=10**14)
 
 
 class ModelRef(Strict):

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 from unittest import mock
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 
 from estimator.spec import LayerSummary
 
@@ -54,6 +55,10 @@ class TraceError(ValueError):
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 
 
+# a fused attention's log-sum-exp storage -> (that tensor, the scores it stands for)
+Scores = dict[int, tuple[torch.Tensor, int]]
+
+
 class _FusedAttention(torch.autograd.Function):  # type: ignore[misc, unused-ignore]
     """Scaled dot-product attention keeping for backward what CUDA's fused kernels keep
     (FlashAttention-2 and memory-efficient attention, which PyTorch picks on a GPU):
@@ -70,9 +75,13 @@ class _FusedAttention(torch.autograd.Function):  # type: ignore[misc, unused-ign
         value: torch.Tensor,
         mask: torch.Tensor | None,
         options: dict[str, Any],
+        scores: Scores,
     ) -> torch.Tensor:
         output = _SDPA(query, key, value, attn_mask=mask, **options)
         rows = torch.empty(query.shape[:-1], dtype=torch.float32, device=query.device)
+        # the scores an eager attention would keep, by the storage that stands for them
+        # (held, so that no other storage takes its address during the pass)
+        scores[rows.untyped_storage()._cdata] = (rows, query.shape[:-1].numel() * key.shape[-2])
         ctx.save_for_backward(query, key, value, output, rows, *([] if mask is None else [mask]))
         return output
 
@@ -81,7 +90,7 @@ class _FusedAttention(torch.autograd.Function):  # type: ignore[misc, unused-ign
         """Gradients of the inputs' shapes (on the meta device there are no values)."""
         query, key, value, *rest = ctx.saved_tensors
         mask_grad = torch.empty_like(rest[-1]) if ctx.needs_input_grad[3] else None
-        return (*(torch.empty_like(t) for t in (query, key, value)), mask_grad, None)
+        return (*(torch.empty_like(t) for t in (query, key, value)), mask_grad, None, None)
 
 
 def _fused_sdpa(
@@ -92,7 +101,7 @@ def _fused_sdpa(
     dropout_p: float = 0.0,
     is_causal: bool = False,
     *,
-    scores: list[int],
+    scores: Scores,
     **options: Any,
 ) -> torch.Tensor:
     """`scaled_dot_product_attention`'s signature, through `_FusedAttention` where a GPU
@@ -100,53 +109,120 @@ def _fused_sdpa(
     inputs, and grouped-query attention with a mask only the math kernel runs (PyTorch's
     `sdp_utils.cpp` checks); windowed attention that keeps its windows as a fifth
     dimension (timm's Nest and Hiera) runs the math kernel on a GPU too. Each fused
-    call appends to `scores` the score elements it does not keep (batch x heads x
-    queries x keys), which an eager attention would."""
+    call notes in `scores`, by the storage of the log-sum-exp it keeps, the score
+    elements it does not keep (batch x heads x queries x keys) and an eager attention
+    would: counted only where that storage is kept for backward (not under `no_grad`,
+    nor inside activation checkpointing)."""
     options |= {"dropout_p": dropout_p, "is_causal": is_causal}
     if query.dim() != 4 or (attn_mask is not None and options.get("enable_gqa", False)):
         return _SDPA(query, key, value, attn_mask=attn_mask, **options)
-    scores.append(query.shape[:-1].numel() * key.shape[-2])
-    fused: torch.Tensor = _FusedAttention.apply(query, key, value, attn_mask, options)
+    fused: torch.Tensor = _FusedAttention.apply(query, key, value, attn_mask, options, scores)
     return fused
 
 
-def fused_attention(scores: list[int] | None = None) -> contextlib.AbstractContextManager[Any]:
+def fused_attention(
+    scores: Scores | None = None,
+) -> contextlib.AbstractContextManager[Any]:
     """Within it, `scaled_dot_product_attention` keeps what the fused kernels keep (and
-    counts into `scores` what they leave out). The module's attribute is patched: what
+    notes in `scores` what they leave out). The module's attribute is patched: what
     models and `F.multi_head_attention_forward` call. The backward pass needs it too:
     activation checkpointing recomputes the forward there, and its saved tensors must
     match the first pass's."""
-    sdpa = functools.partial(_fused_sdpa, scores=[] if scores is None else scores)
+    sdpa = functools.partial(_fused_sdpa, scores={} if scores is None else scores)
     return mock.patch.object(torch.nn.functional, "scaled_dot_product_attention", sdpa)
 
 
 class SavedActivations(NamedTuple):
-    """What one forward pass keeps for backward, in elements (parameters excluded)."""
+    """What one forward pass keeps for backward (parameters excluded)."""
 
     elements: int  # every saved storage once, attention as the fused kernels keep it
-    largest: int  # the biggest single storage among them
+    nbytes: int  # the same storages' bytes, in the dtypes the pass ran in
+    largest: int  # the biggest single storage among them, in elements
     scores: int  # attention scores the fused kernels recompute and an eager attention keeps
+    largest_scores: int  # the most of them one attention call has
     output: Any  # the forward's output
 
 
 def saved_activations(model: torch.nn.Module, *args: Any, **kwargs: Any) -> SavedActivations:
     """What autograd keeps for backward in one forward pass of `model`."""
     params = {p.untyped_storage()._cdata for p in model.parameters()}
-    saved: dict[int, int] = {}
-    scores: list[int] = []
+    saved: dict[int, tuple[int, int]] = {}  # storage -> (elements, bytes)
+    scores: Scores = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
         if storage._cdata not in params:
-            saved[storage._cdata] = storage.nbytes() // max(tensor.element_size(), 1)
+            nbytes = storage.nbytes()
+            saved[storage._cdata] = (nbytes // max(tensor.element_size(), 1), nbytes)
         return tensor
 
     hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
     with hooks, fused_attention(scores):
         output = model(*args, **kwargs)
+    elements = [count for count, _ in saved.values()]
+    kept_scores = [count for storage, (_, count) in scores.items() if storage in saved]
     return SavedActivations(
-        sum(saved.values()), max(saved.values(), default=0), sum(scores), output
+        sum(elements),
+        sum(nbytes for _, nbytes in saved.values()),
+        max(elements, default=0),
+        sum(kept_scores),
+        max(kept_scores, default=0),
+        output,
     )
+
+
+def _to_fake_cuda(model: torch.nn.Module, mode: FakeTensorMode) -> None:
+    """Give `model` (in place) parameters and buffers that are fake CUDA tensors: shapes
+    and dtypes, no storage, no GPU (tied weights stay tied)."""
+    fakes: dict[int, torch.Tensor] = {}
+
+    def fake(tensor: torch.Tensor) -> torch.Tensor:
+        if id(tensor) not in fakes:
+            with mode:
+                made = torch.empty_like(tensor, device="cuda")
+            if isinstance(tensor, torch.nn.Parameter):
+                made = torch.nn.Parameter(made, requires_grad=tensor.requires_grad)
+            fakes[id(tensor)] = made
+        return fakes[id(tensor)]
+
+    for module in model.modules():
+        for table in (module._parameters, module._buffers):
+            for name, tensor in table.items():
+                if tensor is not None:
+                    table[name] = fake(tensor)
+
+
+def _batch_of(value: Any, copies: int, mode: FakeTensorMode) -> Any:
+    """A fake CUDA tensor like `value` with `copies` times its batch (non-tensors as given)."""
+    if not isinstance(value, torch.Tensor):
+        return value
+    with mode:
+        shape = (value.shape[0] * copies, *value.shape[1:]) if value.dim() else value.shape
+        return torch.empty(shape, dtype=value.dtype, device="cuda")
+
+
+def autocast_bytes_per_sample(model: torch.nn.Module, *args: Any, **kwargs: Any) -> int:
+    """Bytes of activations one sample keeps under `torch.autocast` (float16; bfloat16
+    is as wide) on a GPU: matmuls and convolutions save 16-bit tensors, while layer
+    norm, softmax and sums with fp32 parameters (a residual stream beside a position
+    embedding) save fp32 ones (PyTorch's autocast op lists). Autocast acts on CUDA
+    tensors only, so the forward runs on fake ones (`FakeTensorMode`: shapes and dtypes,
+    no GPU), at the example batch and at twice it: the difference, per added sample,
+    leaves out what does not grow with the batch (autocast's 16-bit copies of the
+    weights, kept for backward, are counted with the model's states). `model` is left
+    with fake parameters."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    _to_fake_cuda(model, mode)
+    with mock.patch.object(torch.cuda, "is_available", return_value=True):
+        cast = torch.autocast("cuda", dtype=torch.float16)  # refused where no GPU is seen
+    samples = _batch_size(args, kwargs)
+    totals = []
+    for copies in (1, 2):
+        batch = [_batch_of(value, copies, mode) for value in args]
+        named = {key: _batch_of(value, copies, mode) for key, value in kwargs.items()}
+        with mode, cast:
+            totals.append(saved_activations(model, *batch, **named).nbytes)
+    return (totals[1] - totals[0]) // samples
 
 
 def layer_kind(module: torch.nn.Module) -> str | None:
@@ -269,5 +345,18 @@ def trace(target: str, input_shape: tuple[int, ...] | None = None) -> LayerSumma
         activations_per_sample=saved.elements // samples,
         largest_activation_per_sample=saved.largest // samples,
         attention_scores_per_sample=saved.scores // samples,
+        largest_attention_scores_per_sample=saved.largest_scores // samples,
+        autocast_bytes_per_sample=_autocast_bytes_where_it_runs(model, args, kwargs),
         layers=shape["layers"],
     )
+
+
+def _autocast_bytes_where_it_runs(
+    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> int:
+    """`autocast_bytes_per_sample`, or 0 (unknown: `amp_*` is then estimated at 16 bits
+    an element) where a model cannot run on fake CUDA tensors."""
+    try:
+        return autocast_bytes_per_sample(model, *args, **kwargs)
+    except Exception:
+        return 0

@@ -72,6 +72,8 @@ class ModelShape:
     layers: dict[str, int] = field(default_factory=dict)  # layer kind -> count
     attention_scores_per_sample: float = 0.0  # kept by eager attention only
     attention_scores_exponent: float = 2.0
+    largest_attention_scores_per_sample: float = 0.0  # one attention call's
+    autocast_bytes_per_sample: float = 0.0  # activations' bytes under autocast (0: unknown)
 
 
 def _transformer_shape(name: str, params: int, dims: TransformerDims) -> ModelShape:
@@ -124,6 +126,8 @@ def resolve(spec: TrainingSpec) -> ModelShape:
             layer_count=layers,
             layers=dict(summary.layers),
             attention_scores_per_sample=float(summary.attention_scores_per_sample),
+            largest_attention_scores_per_sample=float(summary.largest_attention_scores_per_sample),
+            autocast_bytes_per_sample=float(summary.autocast_bytes_per_sample),
         )
     assert ref.catalog is not None
     try:
@@ -146,6 +150,8 @@ def resolve(spec: TrainingSpec) -> ModelShape:
         dict(entry.layers),
         float(entry.attention_scores_per_sample),
         entry.attention_scores_exponent,
+        float(entry.largest_attention_scores_per_sample),
+        float(entry.autocast_bytes_per_sample),
     )
 
 
@@ -220,25 +226,33 @@ def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: floa
     `flash_attention: false` the attention scores an eager attention keeps too.
 
     While backward passes the layer with the largest saved tensor, the gradients with
-    respect to its output and input (each as large) exist beside what is still saved.
+    respect to its output and input (each as large) exist beside what is still saved;
+    through an eager attention, those of one layer's probabilities and scores. Under
+    autocast, activations take the bytes a traced autocast forward keeps, where it was
+    measured (`autocast_bytes_per_sample`: fp32 norms, softmax and residual sums).
     """
     pixels = 1.0
     if spec.image_size is not None and shape.reference_size:
         pixels = (spec.image_size / shape.reference_size) ** 2
     scale: float = pixels**shape.activation_exponent
-    kept = shape.activations_per_sample * scale * spec.batch_size * element_bytes
-    if spec.flash_attention is False:
-        scores: float = shape.attention_scores_per_sample * pixels**shape.attention_scores_exponent
+    per_sample = shape.activations_per_sample * element_bytes
+    if autocast(spec.precision) and shape.autocast_bytes_per_sample:
+        per_sample = shape.autocast_bytes_per_sample
+    kept = per_sample * scale * spec.batch_size
+    largest = shape.largest_activation_per_sample * scale * spec.batch_size
+    if spec.flash_attention is False and shape.attention_scores_per_sample:
+        growth: float = pixels**shape.attention_scores_exponent * spec.batch_size
         # a model's dropout on its attention is not known: none, as timm's and
         # torchvision's defaults (attn_drop 0)
-        per_score = eager_score_bytes(element_bytes, autocast(spec.precision), dropout=False)
-        kept += scores * spec.batch_size * per_score
+        per_score = eager_score_bytes(element_bytes, autocast(spec.precision), False)
+        kept += shape.attention_scores_per_sample * growth * per_score
+        if spec.activation_checkpointing != "full":
+            largest = max(largest, shape.largest_attention_scores_per_sample * growth)
     if spec.activation_checkpointing == "full":
         # checkpoint every sqrt(n)-th layer: O(sqrt(n)) memory (Chen et al. 2016,
         # "Training Deep Nets with Sublinear Memory Cost")
         kept *= min(1.0, 2 / math.sqrt(shape.layer_count))
-    transient = 2 * shape.largest_activation_per_sample * scale * spec.batch_size
-    return kept + transient * element_bytes
+    return kept + 2 * largest * element_bytes
 
 
 def communicates(spec: TrainingSpec) -> bool:

@@ -30,7 +30,8 @@ OTHER_FORMS = (
     "without the catalog, describe the model as {transformer: {layers, hidden, heads, "
     "ffn_hidden, vocab, kv_heads}}, as {hf_config: {...its config.json...}}, or as "
     "{summary: {params, activations_per_sample, largest_activation_per_sample, layers, "
-    "attention_scores_per_sample}}, "
+    "attention_scores_per_sample, largest_attention_scores_per_sample, "
+    "autocast_bytes_per_sample}}, "
     "which `colloc estimate --trace pkg.module:factory` writes from your own code"
 )
 
@@ -57,6 +58,8 @@ class CatalogEntry:
     # scores an eager (math-kernel) attention keeps, which the fused kernels do not
     attention_scores_per_sample: int = 0
     attention_scores_exponent: float = 2.0
+    largest_attention_scores_per_sample: int = 0  # one attention call's
+    autocast_bytes_per_sample: int = 0  # under torch.autocast (0: not measured)
     reference_size: int = 0
     hf_config: dict[str, Any] | None = None
     num_classes: int = 0  # timm: the default head's classes
@@ -92,6 +95,8 @@ def _entry(source: str, raw: dict[str, Any]) -> CatalogEntry:
         attention_scores_per_sample=int(raw.get("attention_scores_per_sample", 0)),
         # not measured (a fixed-size model): global attention's, the steeper growth
         attention_scores_exponent=float(raw.get("attention_scores_exponent") or 2.0),
+        largest_attention_scores_per_sample=int(raw.get("largest_attention_scores_per_sample", 0)),
+        autocast_bytes_per_sample=int(raw.get("autocast_bytes_per_sample", 0)),
         reference_size=int(raw.get("reference_size", 0)),
         hf_config=raw.get("hf_config"),
         num_classes=int(raw.get("num_classes", 0)),

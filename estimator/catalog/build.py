@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from estimator.trace import describe, saved_activations
+from estimator.trace import autocast_bytes_per_sample, describe, saved_activations
 
 DATA_DIR = Path(__file__).with_name("data")
 BATCH = 2
@@ -43,6 +43,8 @@ VISION_FIELDS = [
     "activation_exponent",
     "attention_scores_per_sample",
     "attention_scores_exponent",
+    "largest_attention_scores_per_sample",
+    "autocast_bytes_per_sample",
     "reference_size",
     "layers",
 ]
@@ -76,6 +78,16 @@ def _growth(reference: int, fewer: int, size: int, smaller: int) -> float:
     return round(min(max(exponent, 0.5), 2.0), 4)
 
 
+def autocast_entry(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, int]:
+    """`autocast_bytes_per_sample`, where the model runs on fake CUDA tensors (left out
+    where it cannot: its `amp_*` estimates then count 16 bits an element). Leaves `model`
+    with fake parameters."""
+    try:
+        return {"autocast_bytes_per_sample": autocast_bytes_per_sample(model, **inputs)}
+    except Exception:
+        return {}
+
+
 def measured(
     name: str, build: Callable[[int], torch.nn.Module], inputs: Inputs, size: int
 ) -> dict[str, Any]:
@@ -89,6 +101,8 @@ def measured(
     entry["largest_activation_per_sample"] = reference.largest // BATCH
     if reference.scores:
         entry["attention_scores_per_sample"] = reference.scores // BATCH
+        entry["largest_attention_scores_per_sample"] = reference.largest_scores // BATCH
+    entry |= autocast_entry(model, inputs(size))
     smaller = max(32, (size * 3 // 4) // 32 * 32)
     try:
         resized = on_meta(lambda: build(smaller))

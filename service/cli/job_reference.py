@@ -123,6 +123,11 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
             "attention scores per sample that fused kernels recompute (charged with "
             "`flash_attention: false`)"
         ),
+        "largest_attention_scores_per_sample": "the most of those one attention call has",
+        "autocast_bytes_per_sample": (
+            "bytes of activations per sample under `torch.autocast` (charged with `amp_*`; "
+            "0: 16 bits an element)"
+        ),
     },
     "Parallelism": {
         "dp": "data-parallel ranks",

@@ -87,10 +87,23 @@ def test_eager_attention_keeps_the_scores_a_catalogued_model_runs_fused() -> Non
     assert activations(224, flash_attention=True) == fused
     eager = activations(224, flash_attention=False) - fused
     assert eager == pytest.approx(deit.attention_scores_per_sample * 128 * (4 + 2))
-    # global attention: twice the pixels side, 4x the tokens, 16x the scores
+    # global attention: twice the pixels side, 4x the tokens, 16x the scores; in
+    # backward one layer's score gradients (2 bytes each) now outgrow the widest
+    # activation's (the MLP's, 4x as the tokens)
     assert deit.attention_scores_exponent == pytest.approx(2.0, abs=0.02)
+    scores, tokens = 4**deit.attention_scores_exponent, 4**deit.activation_exponent
+    gradients = (
+        2
+        * 128
+        * 2
+        * (
+            deit.largest_attention_scores_per_sample * scores
+            - deit.largest_activation_per_sample * tokens
+        )
+    )
+    assert gradients > 0
     larger = activations(448, flash_attention=False) - activations(448)
-    assert larger == pytest.approx(eager * 4**deit.attention_scores_exponent)
+    assert larger == pytest.approx(eager * scores + gradients)
 
 
 def test_attention_written_out_keeps_its_scores_in_its_activations() -> None:
@@ -108,14 +121,38 @@ def test_attention_written_out_keeps_its_scores_in_its_activations() -> None:
 
 
 def test_a_summary_counts_its_scores_only_under_eager_attention() -> None:
+    """Kept: every score (4 bytes in fp32). In backward, one attention call's score
+    gradients (probabilities' and scores') when they outgrow the largest activation's."""
+    summary = {"params": 10**6, "activations_per_sample": 10**6}
+    summary |= {"largest_activation_per_sample": 10**3, "attention_scores_per_sample": 10**6}
+    summary |= {"largest_attention_scores_per_sample": 10**5}
+
     def activations(**kw: object) -> float:
-        summary = {"params": 1_000_000, "activations_per_sample": 1_000_000}
-        body = {"model": {"summary": summary | {"attention_scores_per_sample": 10**6}}}
-        spec = TrainingSpec.model_validate(body | {"batch_size": 8, **kw})
-        return breakdown(spec, None).activations * MIB
+        body = {"model": {"summary": summary}, "batch_size": 8}
+        return breakdown(TrainingSpec.model_validate(body | kw), None).activations * MIB
 
     assert activations(flash_attention=True) == activations()
-    assert activations(flash_attention=False) - activations() == pytest.approx(8 * 10**6 * 4)
+    assert activations() == pytest.approx(8 * (10**6 + 2 * 10**3) * 4)
+    eager = 8 * (10**6 * 4 + 10**6 * 4 + 2 * 10**5 * 4)
+    assert activations(flash_attention=False) == pytest.approx(eager)
+
+
+def test_autocast_takes_the_bytes_a_traced_autocast_forward_keeps() -> None:
+    """Under `amp_*` a catalogued model's activations weigh what its forward under
+    torch.autocast keeps (fp32 norms, softmax, residual sums beside 16-bit matmul
+    inputs), not 16 bits an element; pure fp16 keeps 16 bits an element."""
+    deit = lookup("timm:deit_base_patch16_224")
+    assert 2 * deit.activations_per_sample < deit.autocast_bytes_per_sample
+
+    def activations(precision: str) -> float:
+        body = {"model": {"catalog": "timm:deit_base_patch16_224"}, "batch_size": 32}
+        spec = TrainingSpec.model_validate(body | {"precision": precision})
+        return breakdown(spec, None).activations * MIB
+
+    transient = 2 * deit.largest_activation_per_sample * 32 * 2
+    assert activations("amp_fp16") == pytest.approx(deit.autocast_bytes_per_sample * 32 + transient)
+    assert activations("amp_bf16") == activations("amp_fp16")
+    assert activations("fp16") == pytest.approx(deit.activations_per_sample * 32 * 2 + transient)
 
 
 def test_an_unset_flash_attention_keeps_a_transformer_form_s_scores() -> None:

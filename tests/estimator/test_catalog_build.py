@@ -55,11 +55,9 @@ def test_hf_entries_rebuild_from_their_config(name: str) -> None:
     built = hf_build.entry(HF[name])
     committed = _committed("hf", name)
     for field in (
-        "params",
-        "matrices",
-        "layers",
-        "activations_per_sample",
-        "attention_scores_per_sample",
+        *("params", "matrices", "layers", "activations_per_sample"),
+        *("attention_scores_per_sample", "attention_scores_exponent"),
+        *("largest_attention_scores_per_sample", "autocast_bytes_per_sample"),
     ):
         assert built.get(field) == committed.get(field), field
     assert lookup(f"hf:{name}").params == built["params"]

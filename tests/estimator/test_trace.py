@@ -147,7 +147,8 @@ def test_attention_is_counted_as_the_fused_kernels_keep_it(
     (256x8); not the 2x256x256 weights the meta device's math kernel keeps. Windows as a
     fifth dimension run the math kernel on a GPU (4 windows of 64x64 weights per head are
     kept); under activation checkpointing the recomputed forward matches the first. The
-    scores an eager attention would keep as well are counted apart, for fused calls only."""
+    scores an eager attention would keep as well are counted apart, for fused calls whose
+    tensors are kept (not inside checkpointing, which keeps its input alone)."""
     need("torchvision")
     from estimator.trace import trace
 
@@ -161,7 +162,24 @@ def test_attention_is_counted_as_the_fused_kernels_keep_it(
     assert windowed.attention_scores_per_sample == 0
     checkpointed = trace("mymodels:checkpointed")
     assert checkpointed.activations_per_sample < fused
-    assert checkpointed.attention_scores_per_sample == 2 * 256 * 256
+    assert checkpointed.attention_scores_per_sample == 0
+
+
+def test_autocast_bytes_are_those_a_gpu_keeps_under_autocast(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Per sample under autocast: the Linear's input cast to 16 bits (256x8x2), the qkv
+    output (256x24x2), the padding mask (256x1), the attention output (256x8x2), the
+    fp32 log-sum-exp (2x256x4) and the ReLU's output (256x8x2); the Linear's weight cast
+    to 16 bits is the same at any batch and not counted. Under checkpointing the input
+    alone, in fp32 (2048x4)."""
+    need("torchvision")
+    from estimator.trace import trace
+
+    monkeypatch.chdir(project)
+    per_sample = 256 * 8 * 2 + 256 * 24 * 2 + 256 + 256 * 8 * 2 + 2 * 256 * 4 + 256 * 8 * 2
+    assert trace("mymodels:attend").autocast_bytes_per_sample == per_sample
+    assert trace("mymodels:checkpointed").autocast_bytes_per_sample == 2048 * 4
 
 
 @pytest.mark.parametrize(
