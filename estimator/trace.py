@@ -18,16 +18,19 @@ with a bare model, `input_shape` gives one sample's shape (e.g. 3,224,224).
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
+import logging
 import os
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 from unittest import mock
 
 import torch
+from torch._subclasses import fake_tensor
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from estimator.spec import LayerSummary
@@ -116,6 +119,13 @@ def _fused_sdpa(
     options |= {"dropout_p": dropout_p, "is_causal": is_causal}
     if query.dim() != 4 or (attn_mask is not None and options.get("enable_gqa", False)):
         return _SDPA(query, key, value, attn_mask=attn_mask, **options)
+    if query.is_cuda and torch.is_autocast_enabled("cuda"):
+        # autocast casts the attention's inputs (a floating mask too) before the
+        # kernel, which keeps those copies; a custom Function's inputs are not cast
+        half = torch.get_autocast_dtype("cuda")
+        query, key, value = (tensor.to(half) for tensor in (query, key, value))
+        if attn_mask is not None and attn_mask.is_floating_point():
+            attn_mask = attn_mask.to(half)
     fused: torch.Tensor = _FusedAttention.apply(query, key, value, attn_mask, options, scores)
     return fused
 
@@ -171,9 +181,10 @@ def saved_activations(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Save
     )
 
 
-def _to_fake_cuda(model: torch.nn.Module, mode: FakeTensorMode) -> None:
-    """Give `model` (in place) parameters and buffers that are fake CUDA tensors: shapes
-    and dtypes, no storage, no GPU (tied weights stay tied)."""
+def _fake_cuda_copy(model: torch.nn.Module, mode: FakeTensorMode) -> torch.nn.Module:
+    """A copy of the meta-device `model` whose parameters and buffers are fake CUDA
+    tensors: shapes and dtypes, no storage (tied weights stay tied)."""
+    model = copy.deepcopy(model)
     fakes: dict[int, torch.Tensor] = {}
 
     def fake(tensor: torch.Tensor) -> torch.Tensor:
@@ -190,15 +201,41 @@ def _to_fake_cuda(model: torch.nn.Module, mode: FakeTensorMode) -> None:
             for name, tensor in table.items():
                 if tensor is not None:
                     table[name] = fake(tensor)
+    return model
 
 
-def _batch_of(value: Any, copies: int, mode: FakeTensorMode) -> Any:
-    """A fake CUDA tensor like `value` with `copies` times its batch (non-tensors as given)."""
+def _batch_of(value: Any, samples: int, copies: int, mode: FakeTensorMode) -> Any:
+    """A fake CUDA tensor like `value`, with `copies` times its batch where its first
+    dimension is the batch (other tensors, a mask say, as they are; non-tensors as given)."""
     if not isinstance(value, torch.Tensor):
         return value
+    shape = value.shape
+    if value.dim() and shape[0] == samples:
+        shape = torch.Size((samples * copies, *shape[1:]))
     with mode:
-        shape = (value.shape[0] * copies, *value.shape[1:]) if value.dim() else value.shape
         return torch.empty(shape, dtype=value.dtype, device="cuda")
+
+
+@contextlib.contextmanager
+def _fake_gpu() -> Iterator[tuple[FakeTensorMode, Any]]:
+    """A fake tensor mode for CUDA tensors that never touches a real GPU, and autocast
+    for them. Where a GPU is present, fake CUDA tensors would open a CUDA context on it
+    (`init_gpu_context`, which only backward needs) and ops without a fake kernel would
+    run there for real: both are turned off, so every host measures alike. Autocast
+    refuses CUDA where no GPU is seen, so it is made while one is. The fake tensor
+    module's log of an op it cannot run is silenced: the caller falls back."""
+    mode = FakeTensorMode(allow_non_fake_inputs=True, allow_fallback_kernels=False)
+    with mock.patch.object(torch.cuda, "is_available", return_value=True):
+        cast = torch.autocast("cuda", dtype=torch.float16)
+    log = logging.getLogger(fake_tensor.__name__)
+    quiet = log.disabled
+    log.disabled = True
+    try:
+        with mock.patch.object(fake_tensor, "init_gpu_context", lambda device: None):
+            yield mode, cast
+    finally:
+        log.disabled = quiet
+        FakeTensorMode.cache_clear()  # one cache for the process: a catalog build's thousands
 
 
 def autocast_bytes_per_sample(model: torch.nn.Module, *args: Any, **kwargs: Any) -> int:
@@ -206,22 +243,19 @@ def autocast_bytes_per_sample(model: torch.nn.Module, *args: Any, **kwargs: Any)
     is as wide) on a GPU: matmuls and convolutions save 16-bit tensors, while layer
     norm, softmax and sums with fp32 parameters (a residual stream beside a position
     embedding) save fp32 ones (PyTorch's autocast op lists). Autocast acts on CUDA
-    tensors only, so the forward runs on fake ones (`FakeTensorMode`: shapes and dtypes,
-    no GPU), at the example batch and at twice it: the difference, per added sample,
-    leaves out what does not grow with the batch (autocast's 16-bit copies of the
-    weights, kept for backward, are counted with the model's states). `model` is left
-    with fake parameters."""
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
-    _to_fake_cuda(model, mode)
-    with mock.patch.object(torch.cuda, "is_available", return_value=True):
-        cast = torch.autocast("cuda", dtype=torch.float16)  # refused where no GPU is seen
+    tensors only, so the forward runs on fake ones (`_fake_gpu`), at the example batch
+    and at twice it: the difference, per added sample, leaves out what does not grow
+    with the batch (autocast's 16-bit copies of the weights, kept for backward, are
+    counted with the model's states)."""
     samples = _batch_size(args, kwargs)
     totals = []
-    for copies in (1, 2):
-        batch = [_batch_of(value, copies, mode) for value in args]
-        named = {key: _batch_of(value, copies, mode) for key, value in kwargs.items()}
-        with mode, cast:
-            totals.append(saved_activations(model, *batch, **named).nbytes)
+    with _fake_gpu() as (mode, cast):
+        fake = _fake_cuda_copy(model, mode)
+        for copies in (1, 2):
+            batch = [_batch_of(value, samples, copies, mode) for value in args]
+            named = {key: _batch_of(v, samples, copies, mode) for key, v in kwargs.items()}
+            with mode, cast:
+                totals.append(saved_activations(fake, *batch, **named).nbytes)
     return (totals[1] - totals[0]) // samples
 
 

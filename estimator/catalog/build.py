@@ -80,8 +80,7 @@ def _growth(reference: int, fewer: int, size: int, smaller: int) -> float:
 
 def autocast_entry(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, int]:
     """`autocast_bytes_per_sample`, where the model runs on fake CUDA tensors (left out
-    where it cannot: its `amp_*` estimates then count 16 bits an element). Leaves `model`
-    with fake parameters."""
+    where it cannot: its `amp_*` estimates then count 16 bits an element)."""
     try:
         return {"autocast_bytes_per_sample": autocast_bytes_per_sample(model, **inputs)}
     except Exception:

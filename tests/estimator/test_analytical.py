@@ -155,6 +155,22 @@ def test_autocast_takes_the_bytes_a_traced_autocast_forward_keeps() -> None:
     assert activations("fp16") == pytest.approx(deit.activations_per_sample * 32 * 2 + transient)
 
 
+def test_a_traced_summary_s_autocast_bytes_are_charged_under_amp() -> None:
+    """What `--trace` writes: under `amp_*` the autocast bytes, where the trace could
+    measure them (0: it could not, and every element counts 16 bits)."""
+    summary = {"params": 10**6, "activations_per_sample": 10**6}
+    summary |= {"largest_activation_per_sample": 10**3}
+
+    def activations(autocast_bytes: int) -> float:
+        model = {"summary": summary | {"autocast_bytes_per_sample": autocast_bytes}}
+        body = {"model": model, "batch_size": 8, "precision": "amp_bf16"}
+        return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
+
+    transient = 2 * 10**3 * 8 * 2
+    assert activations(3 * 10**6) == pytest.approx(3 * 10**6 * 8 + transient)
+    assert activations(0) == pytest.approx(10**6 * 8 * 2 + transient)
+
+
 def test_an_unset_flash_attention_keeps_a_transformer_form_s_scores() -> None:
     spec = {"model": {"transformer": GPT.model_dump()}, "batch_size": 2, "seq_len": 1024}
     unset = breakdown(TrainingSpec.model_validate(spec), None)

@@ -44,18 +44,20 @@ class Attend(torch.nn.Module):
     # attention over 256 tokens: 2 heads of 4 channels, a padding mask made from the input
     # (not a parameter: kept for backward), or the windows as a fifth dimension
 
-    def __init__(self, windows=0, checkpointed=False):
+    def __init__(self, windows=0, checkpointed=False, upcast=False):
         super().__init__()
         self.qkv = torch.nn.Linear(8, 24)
         self.windows = windows
         self.checkpointed = checkpointed
+        self.upcast = upcast
 
     def attend(self, x):
         if self.windows:
             shape = (x.shape[0], 2, self.windows, 256 // self.windows, 3, 4)
             q, k, v = self.qkv(x).view(shape).unbind(-2)
             return torch.nn.functional.scaled_dot_product_attention(q, k, v).relu()
-        q, k, v = self.qkv(x).view(x.shape[0], 256, 3, 2, 4).permute(2, 0, 3, 1, 4)
+        qkv = self.qkv(x).float() if self.upcast else self.qkv(x)
+        q, k, v = qkv.view(x.shape[0], 256, 3, 2, 4).permute(2, 0, 3, 1, 4)
         mask = (x[..., :1] > 0).transpose(1, 2).unsqueeze(1)
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).relu()
 
@@ -75,6 +77,9 @@ def windowed():
 
 def checkpointed():
     return Attend(checkpointed=True), torch.empty(2, 256, 8)
+
+def upcast():
+    return Attend(upcast=True), torch.empty(2, 256, 8)
 
 
 def broken():
@@ -172,7 +177,9 @@ def test_autocast_bytes_are_those_a_gpu_keeps_under_autocast(
     output (256x24x2), the padding mask (256x1), the attention output (256x8x2), the
     fp32 log-sum-exp (2x256x4) and the ReLU's output (256x8x2); the Linear's weight cast
     to 16 bits is the same at any batch and not counted. Under checkpointing the input
-    alone, in fp32 (2048x4)."""
+    alone, in fp32 (2048x4). Query, key and value that reach the attention in fp32 are
+    cast to 16 bits by autocast, which the kernel keeps (3 copies of 2x256x4x2) instead
+    of the qkv output: as many bytes here."""
     need("torchvision")
     from estimator.trace import trace
 
@@ -180,6 +187,7 @@ def test_autocast_bytes_are_those_a_gpu_keeps_under_autocast(
     per_sample = 256 * 8 * 2 + 256 * 24 * 2 + 256 + 256 * 8 * 2 + 2 * 256 * 4 + 256 * 8 * 2
     assert trace("mymodels:attend").autocast_bytes_per_sample == per_sample
     assert trace("mymodels:checkpointed").autocast_bytes_per_sample == 2048 * 4
+    assert trace("mymodels:upcast").autocast_bytes_per_sample == per_sample
 
 
 @pytest.mark.parametrize(
