@@ -256,7 +256,19 @@ def autocast_bytes_per_sample(model: torch.nn.Module, *args: Any, **kwargs: Any)
             named = {key: _batch_of(v, samples, copies, mode) for key, v in kwargs.items()}
             with mode, cast:
                 totals.append(saved_activations(fake, *batch, **named).nbytes)
+    if totals[1] <= totals[0]:
+        raise ValueError("the activations did not grow with the batch")
     return (totals[1] - totals[0]) // samples
+
+
+def autocast_bytes_where_it_runs(model: torch.nn.Module, *args: Any, **kwargs: Any) -> int:
+    """`autocast_bytes_per_sample`, or 0 (unknown: `amp_*` is then estimated at 16 bits
+    an element) where a model cannot run on fake CUDA tensors (an LSTM's cuDNN kernel,
+    an input that is not batch-first)."""
+    try:
+        return autocast_bytes_per_sample(model, *args, **kwargs)
+    except Exception:
+        return 0
 
 
 def layer_kind(module: torch.nn.Module) -> str | None:
@@ -380,17 +392,6 @@ def trace(target: str, input_shape: tuple[int, ...] | None = None) -> LayerSumma
         largest_activation_per_sample=saved.largest // samples,
         attention_scores_per_sample=saved.scores // samples,
         largest_attention_scores_per_sample=saved.largest_scores // samples,
-        autocast_bytes_per_sample=_autocast_bytes_where_it_runs(model, args, kwargs),
+        autocast_bytes_per_sample=autocast_bytes_where_it_runs(model, *args, **kwargs),
         layers=shape["layers"],
     )
-
-
-def _autocast_bytes_where_it_runs(
-    model: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> int:
-    """`autocast_bytes_per_sample`, or 0 (unknown: `amp_*` is then estimated at 16 bits
-    an element) where a model cannot run on fake CUDA tensors."""
-    try:
-        return autocast_bytes_per_sample(model, *args, **kwargs)
-    except Exception:
-        return 0

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from estimator.trace import autocast_bytes_per_sample, describe, saved_activations
+from estimator.trace import autocast_bytes_where_it_runs, describe, saved_activations
 
 DATA_DIR = Path(__file__).with_name("data")
 BATCH = 2
@@ -79,20 +79,17 @@ def _growth(reference: int, fewer: int, size: int, smaller: int) -> float:
 
 
 def autocast_entry(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, int]:
-    """`autocast_bytes_per_sample`, where the model runs on fake CUDA tensors (left out
-    where it cannot: its `amp_*` estimates then count 16 bits an element)."""
-    try:
-        return {"autocast_bytes_per_sample": autocast_bytes_per_sample(model, **inputs)}
-    except Exception:
-        return {}
+    """`autocast_bytes_per_sample`, left out where it cannot be measured."""
+    measured = autocast_bytes_where_it_runs(model, **inputs)
+    return {"autocast_bytes_per_sample": measured} if measured else {}
 
 
 def measured(
     name: str, build: Callable[[int], torch.nn.Module], inputs: Inputs, size: int
 ) -> dict[str, Any]:
-    """Parameters, layer counts, saved activations and the attention scores an eager
-    attention would keep beside them, at input `size`, and how both grow with the
-    input (from a second, smaller one)."""
+    """Parameters, layer counts, saved activations (and their bytes under autocast) and
+    the attention scores an eager attention would keep beside them, at input `size`, and
+    how activations and scores grow with the input (from a second, smaller one)."""
     model = on_meta(lambda: build(size))
     entry: dict[str, Any] = {"name": name, "reference_size": size, **describe(model)}
     reference = saved_activations(model, **inputs(size))
