@@ -29,7 +29,12 @@ from typing import Any
 
 import torch
 
-from estimator.trace import autocast_bytes_where_it_runs, describe, saved_activations
+from estimator.trace import (
+    SavedActivations,
+    autocast_bytes_where_it_runs,
+    describe,
+    saved_activations,
+)
 
 DATA_DIR = Path(__file__).with_name("data")
 BATCH = 2
@@ -78,6 +83,16 @@ def _growth(reference: int, fewer: int, size: int, smaller: int) -> float:
     return round(min(max(exponent, 0.5), 2.0), 4)
 
 
+def scores_entry(saved: SavedActivations) -> dict[str, int]:
+    """The attention scores an eager attention would keep, per sample (none: left out)."""
+    if not saved.scores:
+        return {}
+    return {
+        "attention_scores_per_sample": saved.scores // BATCH,
+        "largest_attention_scores_per_sample": saved.largest_scores // BATCH,
+    }
+
+
 def autocast_entry(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, int]:
     """`autocast_bytes_per_sample`, left out where it cannot be measured."""
     measured = autocast_bytes_where_it_runs(model, **inputs)
@@ -92,13 +107,11 @@ def measured(
     how activations and scores grow with the input (from a second, smaller one)."""
     model = on_meta(lambda: build(size))
     entry: dict[str, Any] = {"name": name, "reference_size": size, **describe(model)}
-    reference = saved_activations(model, **inputs(size))
+    example = inputs(size)
+    reference = saved_activations(model, **example)
     entry["activations_per_sample"] = reference.elements // BATCH
     entry["largest_activation_per_sample"] = reference.largest // BATCH
-    if reference.scores:
-        entry["attention_scores_per_sample"] = reference.scores // BATCH
-        entry["largest_attention_scores_per_sample"] = reference.largest_scores // BATCH
-    entry |= autocast_entry(model, inputs(size))
+    entry |= scores_entry(reference) | autocast_entry(model, example)
     smaller = max(32, (size * 3 // 4) // 32 * 32)
     try:
         resized = on_meta(lambda: build(smaller))

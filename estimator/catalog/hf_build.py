@@ -14,7 +14,15 @@ from typing import Any
 
 import torch
 
-from estimator.catalog.build import BATCH, DATA_DIR, Builder, autocast_entry, measured, on_meta
+from estimator.catalog.build import (
+    BATCH,
+    DATA_DIR,
+    Builder,
+    autocast_entry,
+    measured,
+    on_meta,
+    scores_entry,
+)
 from estimator.catalog.hf_configs import MODELS, HfModel
 from estimator.trace import describe, saved_activations
 
@@ -115,14 +123,7 @@ def speech_entry(model: HfModel) -> dict[str, Any]:
         "reference_input": ref,
         "activations_per_sample": saved.elements // BATCH,
         "largest_activation_per_sample": saved.largest // BATCH,
-        **(
-            {
-                "attention_scores_per_sample": saved.scores // BATCH,
-                "largest_attention_scores_per_sample": saved.largest_scores // BATCH,
-            }
-            if saved.scores
-            else {}
-        ),
+        **scores_entry(saved),
         **describe(built),
         **autocast_entry(built, inputs),
     }
