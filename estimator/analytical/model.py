@@ -74,6 +74,7 @@ class ModelShape:
     attention_scores_exponent: float = 2.0
     largest_attention_scores_per_sample: float = 0.0  # one attention call's
     autocast_bytes_per_sample: float = 0.0  # activations' bytes under autocast (0: unknown)
+    fixed_activations: float = 0.0  # saved elements a step keeps whatever its batch
 
 
 def _transformer_shape(name: str, params: int, dims: TransformerDims) -> ModelShape:
@@ -152,6 +153,7 @@ def resolve(spec: TrainingSpec) -> ModelShape:
         entry.attention_scores_exponent,
         float(entry.largest_attention_scores_per_sample),
         float(entry.autocast_bytes_per_sample),
+        float(entry.fixed_activations),
     )
 
 
@@ -222,8 +224,9 @@ class Breakdown:
 
 
 def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: float) -> float:
-    """Saved activations plus the two gradient buffers of the largest one, and with
-    `flash_attention: false` the attention scores an eager attention keeps too.
+    """Saved activations (per sample, and those a step keeps once whatever its batch)
+    plus the two gradient buffers of the largest one, and with `flash_attention: false`
+    the attention scores an eager attention keeps too.
 
     While backward passes the layer with the largest saved tensor, the gradients with
     respect to its output and input (each as large) exist beside what is still saved;
@@ -252,6 +255,9 @@ def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: floa
         # checkpoint every sqrt(n)-th layer: O(sqrt(n)) memory (Chen et al. 2016,
         # "Training Deep Nets with Sublinear Memory Cost")
         kept *= min(1.0, 2 / math.sqrt(shape.layer_count))
+    # what a step keeps whatever its batch (weights standardised in the forward,
+    # position tables), as traced at the reference input
+    kept += shape.fixed_activations * element_bytes
     return kept + 2 * largest * element_bytes
 
 

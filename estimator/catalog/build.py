@@ -8,6 +8,10 @@ downloaded), put in training mode and run forward once; autograd's saved-tensor 
 then count the activation elements kept for backward, each storage once and parameters
 excluded. A second, smaller input gives how that count scales with input size.
 
+Activations are counted at the example batch and at twice it: what each added sample
+keeps, and apart what a step keeps once whatever its batch (weights standardised in
+the forward, position tables).
+
 Hugging Face models are built from the published config.json values in `hf_configs.py`
 (each with the repository it comes from), on the meta device too: language models keep
 their config for the transformer formulas, image and speech models are measured like
@@ -30,10 +34,11 @@ from typing import Any
 import torch
 
 from estimator.trace import (
+    Growth,
     SavedActivations,
     autocast_bytes_where_it_runs,
     describe,
-    saved_activations,
+    saved_growth,
 )
 
 DATA_DIR = Path(__file__).with_name("data")
@@ -46,6 +51,7 @@ VISION_FIELDS = [
     "activations_per_sample",
     "largest_activation_per_sample",
     "activation_exponent",
+    "fixed_activations",
     "attention_scores_per_sample",
     "attention_scores_exponent",
     "largest_attention_scores_per_sample",
@@ -83,6 +89,16 @@ def _growth(reference: int, fewer: int, size: int, smaller: int) -> float:
     return round(min(max(exponent, 0.5), 2.0), 4)
 
 
+def activations_entry(growth: Growth) -> dict[str, int]:
+    """The activations kept per sample (the largest of them too), and those kept once
+    a step whatever the batch (`trace.saved_growth`)."""
+    return {
+        "activations_per_sample": growth.per_sample,
+        "largest_activation_per_sample": growth.largest,
+        "fixed_activations": growth.fixed,
+    }
+
+
 def scores_entry(saved: SavedActivations) -> dict[str, int]:
     """The attention scores an eager attention would keep, per sample (none: left out)."""
     if not saved.scores:
@@ -108,15 +124,16 @@ def measured(
     model = on_meta(lambda: build(size))
     entry: dict[str, Any] = {"name": name, "reference_size": size, **describe(model)}
     example = inputs(size)
-    reference = saved_activations(model, **example)
-    entry["activations_per_sample"] = reference.elements // BATCH
-    entry["largest_activation_per_sample"] = reference.largest // BATCH
-    entry |= scores_entry(reference) | autocast_entry(model, example)
+    reference, growth = saved_growth(model, **example)
+    entry |= activations_entry(growth) | scores_entry(reference)
+    entry |= autocast_entry(model, example)
     smaller = max(32, (size * 3 // 4) // 32 * 32)
     try:
         resized = on_meta(lambda: build(smaller))
-        fewer = saved_activations(resized, **inputs(smaller))
-        entry["activation_exponent"] = _growth(reference.elements, fewer.elements, size, smaller)
+        fewer, fewer_growth = saved_growth(resized, **inputs(smaller))
+        entry["activation_exponent"] = _growth(
+            growth.per_sample, fewer_growth.per_sample, size, smaller
+        )
         if reference.scores and fewer.scores:
             entry["attention_scores_exponent"] = _growth(
                 reference.scores, fewer.scores, size, smaller

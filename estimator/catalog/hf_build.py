@@ -18,13 +18,14 @@ from estimator.catalog.build import (
     BATCH,
     DATA_DIR,
     Builder,
+    activations_entry,
     autocast_entry,
     measured,
     on_meta,
     scores_entry,
 )
 from estimator.catalog.hf_configs import MODELS, HfModel
-from estimator.trace import describe, saved_activations
+from estimator.trace import describe, saved_growth
 
 HEADS = {
     "causal-lm": "AutoModelForCausalLM",
@@ -116,13 +117,12 @@ def speech_entry(model: HfModel) -> dict[str, Any]:
                 BATCH, ref["decoder_tokens"], dtype=torch.long, device="meta"
             ),
         }
-    saved = saved_activations(built, **inputs)
+    saved, growth = saved_growth(built, **inputs)
     return {
         "name": model.name,
         "kind": "speech",
         "reference_input": ref,
-        "activations_per_sample": saved.elements // BATCH,
-        "largest_activation_per_sample": saved.largest // BATCH,
+        **activations_entry(growth),
         **scores_entry(saved),
         **describe(built),
         **autocast_entry(built, inputs),

@@ -106,6 +106,20 @@ def test_eager_attention_keeps_the_scores_a_catalogued_model_runs_fused() -> Non
     assert larger == pytest.approx(eager * scores + gradients)
 
 
+def test_what_a_step_keeps_once_is_charged_once_not_per_sample() -> None:
+    """NF-Nets standardise their convolutions' weights in every forward and keep the
+    copies for backward once a step, whatever its batch: the catalog keeps them apart
+    from the activations per sample, so doubling the batch doubles only the latter."""
+    nfnet = lookup("timm:nfnet_f0")
+    assert nfnet.fixed_activations > nfnet.params / 2  # its standardised weights
+
+    def activations(batch: int) -> float:
+        body = {"model": {"catalog": "timm:nfnet_f0"}, "batch_size": batch}
+        return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
+
+    assert 2 * activations(32) - activations(64) == pytest.approx(nfnet.fixed_activations * 4)
+
+
 def test_attention_written_out_keeps_its_scores_in_its_activations() -> None:
     """timm's Swin computes `q @ k^T` and its softmax itself (no fused kernel even on
     PyTorch 2): its scores are among its traced activations, and eager attention adds

@@ -50,13 +50,13 @@ def _seen_by(estimator: Estimator, owner: str) -> Estimator:
 def test_two_batch_sizes_bound_a_third_by_their_largest_ratio() -> None:
     estimator = _estimator()
     calibrated = estimator.estimate(AT[512], A100)
-    estimator.observe(AT[64], A100, _peak(AT[64], 0.90))
+    estimator.observe(AT[64], A100, _peak(AT[64], 0.95))
     assert not estimator.estimate(AT[512], A100).method.startswith(HISTORY_RATIO)
-    estimator.observe(AT[128], A100, _peak(AT[128], 0.95))
+    estimator.observe(AT[128], A100, _peak(AT[128], 1.0))
     bounded = estimator.estimate(AT[512], A100)
     assert bounded.method == HISTORY_RATIO  # no line: 512 lies beyond the batches seen
     terms = breakdown(AT[512], GPU)
-    expected = terms.fixed.total + OFFSET_MIB + terms.model_mib * 0.95 * (1 + HISTORY_MARGIN)
+    expected = terms.fixed.total + OFFSET_MIB + terms.model_mib * 1.0 * (1 + HISTORY_MARGIN)
     assert abs(bounded.upper_mib - expected) <= 2  # peaks and bounds are whole MiB
     assert bounded.upper_mib < calibrated.upper_mib  # the calibration alone is wider here
     assert bounded.peak_mib == calibrated.peak_mib  # a bound, not a new point
@@ -83,7 +83,7 @@ def test_one_owner_cannot_lower_another_owners_bound() -> None:
     carol = _seen_by(estimator, "carol").estimate(AT[512], A100)
     mallory = _seen_by(estimator, "mallory").estimate(AT[512], A100)
     assert not carol.method.startswith(HISTORY_RATIO)
-    assert mallory.method == HISTORY_RATIO and mallory.upper_mib < carol.upper_mib
+    assert mallory.method.startswith(HISTORY_RATIO) and mallory.upper_mib < carol.upper_mib
 
 
 def test_a_low_run_hides_no_higher_one() -> None:
@@ -103,7 +103,7 @@ def test_a_low_run_hides_no_higher_one() -> None:
         estimator.observe(AT[batch], A100, _peak(AT[batch], 1.15), owner="bob")
     dave = _seen_by(estimator, "dave").estimate(AT[512], A100)
     terms = breakdown(AT[512], GPU)
-    assert dave.method == HISTORY_RATIO
+    assert dave.method.startswith(HISTORY_RATIO)  # maybe raised further by the runs' ratio
     assert dave.upper_mib >= terms.fixed.total + OFFSET_MIB + terms.model_mib * 1.2 * 1.1 - 2
 
 
