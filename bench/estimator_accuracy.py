@@ -36,6 +36,12 @@
 7. Published runs of other teams (`bench/data/published_runs.csv`: BERT-large on a V100,
    ViT-L/16 in four precisions, DeiT and Swin under AMP on an RTX 3090), on stacks and
    GPUs no campaign here comes from, each against the shipped estimator.
+8. The catalog's traces against the FakeTensor campaign's own: per timm model, the
+   growth per added sample of the tensors PyTorch's FakeTensor traced on that campaign's
+   stack (listed beside each reading) over the catalog's saved bytes per sample, taken
+   relative to the median model (the two tools count by different rules). FakeTensor
+   grows exactly linearly with the batch; a model whose growth differs by more than 5%
+   between its batch sizes has a broken trace and is left out.
 
 Implausible rows (`measurements.py`) are counted and left out of every truth.
 """
@@ -49,6 +55,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +63,7 @@ import numpy as np
 from numpy.typing import NDArray
 from sklearn.model_selection import GroupKFold
 
-from estimator.analytical.model import breakdown
+from estimator.analytical.model import breakdown, resolve
 from estimator.estimate import HISTORY_RATIO, Estimate, Estimator, default_estimator
 from estimator.history import (
     HISTORY_MARGIN,
@@ -362,6 +369,29 @@ def published_runs() -> None:
         print(f"- {source}: estimate/measured {min(values):.2f}-{max(values):.2f}")
 
 
+def against_campaign_traces(table: list[Measurement]) -> None:
+    traced: dict[str, dict[int, float]] = {}
+    catalog: dict[str, float] = {}
+    for r in table:
+        if r.source == "timm" and r.faketensor_mib:
+            traced.setdefault(r.model, {})[r.batch_size] = r.faketensor_mib
+            catalog[r.model] = resolve(r.spec()).activations_per_sample * 4 / 2**20  # fp32
+    ratios = []
+    for model, peaks in traced.items():
+        batches = sorted(peaks)
+        growth = [(peaks[b] - peaks[a]) / (b - a) for a, b in pairwise(batches)]
+        if growth and min(growth) > 0 and max(growth) <= 1.05 * min(growth):
+            ratios.append(float(np.median(growth)) / catalog[model])
+    relative = np.array(ratios) / np.median(ratios)
+    quantiles = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+    print("\n### The catalog's traces against the FakeTensor campaign's own\n")
+    print("| models | " + " | ".join(f"q{q:g}" for q in quantiles) + " | outside 0.9-1.1 |")
+    print("|---" * (len(quantiles) + 2) + "|")
+    cells = " | ".join(f"{v:.3f}" for v in np.quantile(relative, quantiles))
+    outside = int(np.sum((relative < 0.9) | (relative > 1.1)))
+    print(f"| {len(relative)} | {cells} | {outside} |")
+
+
 def implausible_counts(table: list[Measurement]) -> None:
     counts = Counter((r.source, r.implausible) for r in table if r.implausible)
     print("\n### Implausible rows (left out of training and of every truth here)\n")
@@ -522,6 +552,7 @@ def main() -> None:
     batch_ratio_bounds(table)
     timing()
     published_runs()
+    against_campaign_traces(table)
 
 
 if __name__ == "__main__":
