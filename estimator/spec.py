@@ -128,6 +128,9 @@ class LayerSummary(Strict):
     largest_attention_scores_per_sample: int = Field(default=0, ge=0, le=10**13)  # one call's
     # bytes of activations per sample under torch.autocast (0: unknown, 16 bits an element)
     autocast_bytes_per_sample: int = Field(default=0, ge=0, le=10**14)
+    # saved elements a step keeps once whatever its batch (weights standardised in the
+    # forward, position tables)
+    fixed_activations: int = Field(default=0, ge=0, le=10**13)
 
 
 class ModelRef(Strict):

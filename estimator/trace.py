@@ -430,5 +430,6 @@ def trace(target: str, input_shape: tuple[int, ...] | None = None) -> LayerSumma
         attention_scores_per_sample=saved.scores // samples,
         largest_attention_scores_per_sample=saved.largest_scores // samples,
         autocast_bytes_per_sample=autocast_bytes_where_it_runs(model, *args, **kwargs),
+        fixed_activations=growth.fixed,
         layers=shape["layers"],
     )

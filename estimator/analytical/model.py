@@ -129,6 +129,7 @@ def resolve(spec: TrainingSpec) -> ModelShape:
             attention_scores_per_sample=float(summary.attention_scores_per_sample),
             largest_attention_scores_per_sample=float(summary.largest_attention_scores_per_sample),
             autocast_bytes_per_sample=float(summary.autocast_bytes_per_sample),
+            fixed_activations=float(summary.fixed_activations),
         )
     assert ref.catalog is not None
     try:

@@ -18,84 +18,39 @@ Create Date: 2026-12-07 04:30:00
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-import sqlalchemy as sa
-from alembic import op
+from migrations.stored_specs import rewrite_training, with_summary_counts, without_summary_counts
 
 revision: str = "0012"
 down_revision: str | None = "0011"
 branch_labels: str | None = None
 depends_on: str | None = None
 
-PAGE = 1000
 SUMMARY_COUNTS = (
     "attention_scores_per_sample",
     "largest_attention_scores_per_sample",
     "autocast_bytes_per_sample",
 )
-jobs = sa.table("jobs", sa.column("id", sa.Integer()), sa.column("spec", sa.JSON()))
-
-
-def _rewrite(change: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    """Replace every job's stored `training` by `change(training)` where that differs,
-    a page of jobs at a time by id (no cursor stays open across the updates)."""
-    bind = op.get_bind()
-    update = (
-        sa.update(jobs)
-        .where(jobs.c.id == sa.bindparam("job_id"))
-        .values(spec=sa.bindparam("new_spec", type_=sa.JSON()))
-    )
-    last = 0
-    while True:
-        page = bind.execute(
-            sa.select(jobs.c.id, jobs.c.spec)
-            .where(jobs.c.id > last)
-            .order_by(jobs.c.id)
-            .limit(PAGE)
-        ).all()
-        if not page:
-            return
-        changed = []
-        for job_id, spec in page:
-            training = spec.get("training") if isinstance(spec, dict) else None
-            if isinstance(training, dict) and (new := change(training)) != training:
-                changed.append({"job_id": job_id, "new_spec": spec | {"training": new}})
-        if changed:
-            bind.execute(update, changed)
-        last = page[-1].id
-
-
-def _summary(training: dict[str, Any]) -> dict[str, Any] | None:
-    model = training.get("model")
-    summary = model.get("summary") if isinstance(model, dict) else None
-    return summary if isinstance(summary, dict) else None
 
 
 def _upgraded(training: dict[str, Any]) -> dict[str, Any]:
     new = dict(training)
     if new.get("flash_attention", ...) is False:
         new["flash_attention"] = None
-    if (summary := _summary(training)) is not None:
-        counts = {name: summary.get(name, 0) for name in SUMMARY_COUNTS}
-        new["model"] = training["model"] | {"summary": summary | counts}
-    return new
+    return with_summary_counts(new, SUMMARY_COUNTS)
 
 
 def _downgraded(training: dict[str, Any]) -> dict[str, Any]:
     new = dict(training)
     if "flash_attention" in new and new["flash_attention"] is None:
         new["flash_attention"] = False
-    if (summary := _summary(training)) is not None:
-        kept = {name: value for name, value in summary.items() if name not in SUMMARY_COUNTS}
-        new["model"] = training["model"] | {"summary": kept}
-    return new
+    return without_summary_counts(new, SUMMARY_COUNTS)
 
 
 def upgrade() -> None:
-    _rewrite(_upgraded)
+    rewrite_training(_upgraded)
 
 
 def downgrade() -> None:
-    _rewrite(_downgraded)
+    rewrite_training(_downgraded)

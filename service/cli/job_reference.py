@@ -128,6 +128,10 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
             "bytes of activations per sample under `torch.autocast` (charged with `amp_*`; "
             "0: 16 bits an element)"
         ),
+        "fixed_activations": (
+            "activation elements a step saves once whatever its batch (standardised "
+            "weights, position tables)"
+        ),
     },
     "Parallelism": {
         "dp": "data-parallel ranks",

@@ -118,6 +118,16 @@ def test_what_a_step_keeps_once_is_charged_once_not_per_sample() -> None:
         return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
 
     assert 2 * activations(32) - activations(64) == pytest.approx(nfnet.fixed_activations * 4)
+    # the summary form `--trace` writes carries them too, charged the same
+    summary = {
+        "params": nfnet.params,
+        "activations_per_sample": nfnet.activations_per_sample,
+        "largest_activation_per_sample": nfnet.largest_activation_per_sample,
+        "fixed_activations": nfnet.fixed_activations,
+        "layers": nfnet.layers,
+    }
+    traced = TrainingSpec.model_validate({"model": {"summary": summary}, "batch_size": 32})
+    assert breakdown(traced, None).activations * MIB == pytest.approx(activations(32))
 
 
 def test_attention_written_out_keeps_its_scores_in_its_activations() -> None:

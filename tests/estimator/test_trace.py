@@ -137,6 +137,7 @@ def test_a_traced_resnet18_matches_its_catalog_entry(
     assert summary.params == entry.params == 11_689_512
     assert summary.activations_per_sample == entry.activations_per_sample
     assert summary.largest_activation_per_sample == entry.largest_activation_per_sample
+    assert summary.fixed_activations == entry.fixed_activations
     assert summary.layers == {k: v for k, v in entry.layers.items()}
 
 
@@ -219,7 +220,8 @@ def test_what_a_step_keeps_once_is_not_counted_per_sample(
     from estimator.trace import load_factory, saved_growth, trace
 
     monkeypatch.chdir(project)
-    assert trace("mymodels:standardised").activations_per_sample == 32 + 64
+    summary = trace("mymodels:standardised")
+    assert (summary.activations_per_sample, summary.fixed_activations) == (32 + 64, 64 * 32 + 64)
     model, batch = load_factory("mymodels:standardised")()
     saved, growth = saved_growth(model.to("meta"), batch.to("meta"))
     assert growth.per_sample == 32 + 64

@@ -28,6 +28,7 @@ NEW_COUNTS = (
     "attention_scores_per_sample",
     "largest_attention_scores_per_sample",
     "autocast_bytes_per_sample",
+    "fixed_activations",  # 0013's
 )
 
 
