@@ -85,7 +85,9 @@ def run_trace(args: argparse.Namespace) -> int:
         summary = trace.trace(args.trace, shape)
     except ValueError as exc:  # TraceError, or a malformed --input-shape
         return _fail(str(exc))
-    text = yaml.safe_dump({"model": {"summary": summary.model_dump()}}, sort_keys=False)
+    # counts left at their defaults are left out, so a server that predates one takes it
+    summary_form = summary.model_dump(exclude_defaults=True)
+    text = yaml.safe_dump({"model": {"summary": summary_form}}, sort_keys=False)
     if args.out:
         args.out.write_text(text, encoding="utf-8")
         print(f"summary of {args.trace} written to {args.out}", file=sys.stderr)

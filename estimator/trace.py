@@ -200,15 +200,21 @@ def saved_growth(
     sample keeps from what a step keeps once whatever its batch: weights standardised
     in the forward (NF-Nets, BiT's ResNetV2), position tables, attention masks, norm
     statistics. Counted per sample, those would be charged once per sample (all of
-    NFNet-F0's 71M weights, 35M elements a sample at a batch of 2). Where nothing grows
-    (no batch-first input), all of it is taken per sample."""
+    NFNet-F0's 71M weights, 35M elements a sample at a batch of 2). Growth is taken to
+    be linear in the batch. Where nothing grows (no batch-first input), or the model
+    takes no doubled batch (a recurrent state whose batch is not its first dimension),
+    all of it is taken per sample, as an upper bound."""
     samples = _batch_size(args, kwargs)
     one = saved_activations(model, *args, **kwargs)
+    alone = Growth(one.elements // samples, 0, one.largest // samples)
     doubled = [_batch_of(value, samples, 2) for value in args]
     named = {key: _batch_of(value, samples, 2) for key, value in kwargs.items()}
-    twice = saved_activations(model, *doubled, **named)
+    try:
+        twice = saved_activations(model, *doubled, **named)
+    except Exception:  # the model's own code refused the doubled inputs
+        return one, alone
     if twice.elements <= one.elements:
-        return one, Growth(one.elements // samples, 0, one.largest // samples)
+        return one, alone
     per_sample = (twice.elements - one.elements) // samples
     grown = Counter(twice.sizes) - Counter(one.sizes)
     return one, Growth(

@@ -252,13 +252,16 @@ def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: floa
         kept += shape.attention_scores_per_sample * growth * per_score
         if spec.activation_checkpointing != "full":
             largest = max(largest, shape.largest_attention_scores_per_sample * growth)
+    # what a step keeps whatever its batch: weights standardised in the forward, which
+    # do not grow with the input, and position tables, which grow at most as the pairs
+    # of tokens do (pixels squared: Swin-V2's continuous position bias traces 91M, 287M
+    # and 907M elements at 288, 384 and 512 px); a larger input is charged the steeper
+    # growth, a smaller one what the reference input keeps
+    kept += shape.fixed_activations * max(pixels, 1.0) ** 2 * element_bytes
     if spec.activation_checkpointing == "full":
         # checkpoint every sqrt(n)-th layer: O(sqrt(n)) memory (Chen et al. 2016,
         # "Training Deep Nets with Sublinear Memory Cost")
         kept *= min(1.0, 2 / math.sqrt(shape.layer_count))
-    # what a step keeps whatever its batch (weights standardised in the forward,
-    # position tables), as traced at the reference input
-    kept += shape.fixed_activations * element_bytes
     return kept + 2 * largest * element_bytes
 
 

@@ -31,7 +31,7 @@ OTHER_FORMS = (
     "ffn_hidden, vocab, kv_heads}}, as {hf_config: {...its config.json...}}, or as "
     "{summary: {params, activations_per_sample, largest_activation_per_sample, layers, "
     "attention_scores_per_sample, largest_attention_scores_per_sample, "
-    "autocast_bytes_per_sample}}, "
+    "autocast_bytes_per_sample, fixed_activations}}, "
     "which `colloc estimate --trace pkg.module:factory` writes from your own code"
 )
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from estimator.analytical.hf import dims_from_hf_config
-from estimator.analytical.model import MIB, SpecError, breakdown
+from estimator.analytical.model import MIB, SpecError, breakdown, resolve
 from estimator.analytical.transformer import layer_activation_bytes, total_params
 from estimator.catalog import lookup
 from estimator.gpus import find_gpu_model
@@ -128,6 +128,31 @@ def test_what_a_step_keeps_once_is_charged_once_not_per_sample() -> None:
     }
     traced = TrainingSpec.model_validate({"model": {"summary": summary}, "batch_size": 32})
     assert breakdown(traced, None).activations * MIB == pytest.approx(activations(32))
+
+
+def test_what_a_step_keeps_once_grows_with_a_larger_input_and_checkpointing_shrinks_it() -> None:
+    """Swin-V2's continuous position bias is a table over pairs of tokens: charged as
+    traced at its reference input (384 px) or a smaller one, and as the pixels squared
+    above it. Full checkpointing recomputes it in backward, as it does the rest."""
+    model = lookup("timm:swinv2_cr_tiny_384")
+
+    def once(**kw: object) -> float:
+        """What a step keeps whatever its batch: twice one sample's estimate less two's."""
+
+        def activations(batch: int) -> float:
+            body = {"model": {"catalog": model.qualified_name}, "batch_size": batch, **kw}
+            return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
+
+        return 2 * activations(1) - activations(2)
+
+    traced = model.fixed_activations * 4  # fp32
+    assert once() == pytest.approx(traced)
+    assert once(image_size=288) == pytest.approx(traced)
+    assert once(image_size=512) == pytest.approx(traced * (512 / 384) ** 4)
+    body = {"model": {"catalog": model.qualified_name}, "batch_size": 1}
+    layers = resolve(TrainingSpec.model_validate(body))
+    factor = min(1.0, 2 / layers.layer_count**0.5)
+    assert once(activation_checkpointing="full") == pytest.approx(traced * factor)
 
 
 def test_attention_written_out_keeps_its_scores_in_its_activations() -> None:

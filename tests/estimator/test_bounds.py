@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from estimator.analytical.model import breakdown
 from estimator.estimate import Estimator
+from estimator.gpus import describe
 from estimator.learned import measurements
 from estimator.learned.calibration import (
     SMALL_SAMPLE_WIDENING,
@@ -31,6 +33,7 @@ from estimator.learned.measurements import (
     implausible_runs,
 )
 from estimator.learned.train import environment_of, prepare, train
+from estimator.spec import TrainingSpec
 
 
 def test_no_conformal_claim_from_fewer_than_19_points_at_95() -> None:
@@ -280,3 +283,22 @@ def test_an_analytical_margin_charges_an_unlearned_stack_once() -> None:
     learned = np.array([r.source == "mlp_step1" for r in data.rows])
     assert np.array_equal(data.bound_log_ratio[learned], data.log_ratio[learned])
     assert np.all(data.bound_log_ratio[~learned] < data.log_ratio[~learned])
+
+
+def test_runs_estimated_beyond_their_card_are_left_out_of_training() -> None:
+    """A run whose analytical estimate reaches its card left a reading only because
+    that estimate was too high: trained on, such survivors teach the correction that
+    large jobs need less than their terms. Training leaves them out (judging keeps them)."""
+    a100 = "NVIDIA A100-SXM4-40GB"
+
+    def run(batch: int, peak_mib: int) -> measurements.Measurement:
+        body = {"model": {"catalog": "timm:resnet50"}, "batch_size": batch}
+        spec = TrainingSpec.model_validate(body)
+        assert (breakdown(spec, describe(a100)).total >= 40960) == (batch == 1024)
+        return measurements.observation(spec, a100, peak_mib)
+
+    rows = [run(64, 7000), run(1024, 38000)]
+    data = prepare(rows)
+    assert [r.batch_size for r in data.rows] == [64]
+    assert data.skipped == {"analytical estimate beyond the card": 1}
+    assert [r.batch_size for r in prepare(rows, include_censored=True).rows] == [64, 1024]

@@ -99,6 +99,22 @@ def standardised():
     return Standardised(), torch.empty(2, 32)
 
 
+class Recurrent(torch.nn.Module):
+    # a GRU given its first state, whose batch is its second dimension
+
+    def __init__(self):
+        super().__init__()
+        self.gru = torch.nn.GRU(8, 16, num_layers=2, batch_first=True)
+
+    def forward(self, x, state):
+        return self.gru(x, state)[0]
+
+
+def recurrent():
+    # two layers and two samples: the state's first dimension looks like a batch
+    return Recurrent(), (torch.empty(2, 5, 8), torch.zeros(2, 2, 16))
+
+
 def broken():
     return torch.nn.Linear(8, 8), torch.empty(2, 9)
 
@@ -228,6 +244,23 @@ def test_what_a_step_keeps_once_is_not_counted_per_sample(
     assert growth.largest == 64
     assert growth.fixed == 64 * 32 + 64
     assert saved.elements == growth.fixed + 2 * growth.per_sample
+
+
+def test_a_model_that_takes_no_doubled_batch_is_traced_at_its_example_batch(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Doubling every input whose first dimension is the batch doubles the GRU state's
+    layers, which the GRU refuses: what the example batch keeps is then taken per
+    sample, as before the doubled forward, rather than failing the trace."""
+    need("torchvision")
+    from estimator.trace import load_factory, saved_activations, trace
+
+    monkeypatch.chdir(project)
+    summary = trace("mymodels:recurrent")
+    model, (x, state) = load_factory("mymodels:recurrent")()
+    kept = saved_activations(model.to("meta"), x.to("meta"), state.to("meta"))
+    assert summary.activations_per_sample == kept.elements // 2 > 0
+    assert summary.fixed_activations == 0
 
 
 @pytest.mark.parametrize(
