@@ -93,6 +93,13 @@ class EstimatorState:
                 fresh = ObservationHistory()
                 self.current = replace(self.current, history=fresh, observations=[])
                 self._last_observation, self._trusted = 0, 0
+            current = self.current
+        # the cluster's GPUs and fixed-cost offsets before its peaks: how far a peak lies
+        # above the models' estimate is judged with them, by a restarted server as by
+        # one that learned them peak by peak
+        current.register_gpus(reported_gpus(session))
+        current.offsets = learn_offsets(session, current)
+        with self._lock:
             for observation, attempt, job in new:
                 if observation.id <= self._last_observation:
                     continue  # another thread applied it meanwhile
@@ -102,10 +109,7 @@ class EstimatorState:
                     self._learn(observation, attempt, job)
                 except Exception:  # one bad row (a spec stored before it could be refused)
                     log.exception("observation %d not learned from", observation.id)
-            current = self.current
-        current.register_gpus(reported_gpus(session))
-        current.offsets = learn_offsets(session, current)
-        return current
+            return self.current
 
     def _learn(self, observation: Observation, attempt: Attempt, job: Job) -> None:
         spec = training_spec(job)
