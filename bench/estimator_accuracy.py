@@ -375,7 +375,8 @@ def against_campaign_traces(table: list[Measurement]) -> None:
     for r in table:
         if r.source == "timm" and r.faketensor_mib:
             traced.setdefault(r.model, {})[r.batch_size] = r.faketensor_mib
-            catalog[r.model] = resolve(r.spec()).activations_per_sample * 4 / 2**20  # fp32
+            if r.model not in catalog:  # fp32 MiB per sample
+                catalog[r.model] = resolve(r.spec()).activations_per_sample * 4 / 2**20
     ratios = []
     for model, peaks in traced.items():
         batches = sorted(peaks)

@@ -146,13 +146,21 @@ def fused_attention(
 class SavedActivations(NamedTuple):
     """What one forward pass keeps for backward (parameters excluded)."""
 
-    elements: int  # every saved storage once, attention as the fused kernels keep it
+    # each saved storage's elements, counted once (attention as the fused kernels keep it)
+    sizes: tuple[int, ...]
     nbytes: int  # the same storages' bytes, in the dtypes the pass ran in
-    largest: int  # the biggest single storage among them, in elements
     scores: int  # attention scores the fused kernels recompute and an eager attention keeps
     largest_scores: int  # the most of them one attention call has
     output: Any  # the forward's output
-    sizes: tuple[int, ...] = ()  # every saved storage's elements
+
+    @property
+    def elements(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def largest(self) -> int:
+        """The biggest single storage, in elements."""
+        return max(self.sizes, default=0)
 
 
 def saved_activations(model: torch.nn.Module, *args: Any, **kwargs: Any) -> SavedActivations:
@@ -171,16 +179,13 @@ def saved_activations(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Save
     hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
     with hooks, fused_attention(scores):
         output = model(*args, **kwargs)
-    elements = [count for count, _ in saved.values()]
     kept_scores = [count for storage, (_, count) in scores.items() if storage in saved]
     return SavedActivations(
-        sum(elements),
+        tuple(count for count, _ in saved.values()),
         sum(nbytes for _, nbytes in saved.values()),
-        max(elements, default=0),
         sum(kept_scores),
         max(kept_scores, default=0),
         output,
-        tuple(elements),
     )
 
 
@@ -199,16 +204,15 @@ def saved_growth(
     second forward at twice the batch (batch-first inputs doubled) tells what each added
     sample keeps from what a step keeps once whatever its batch: weights standardised
     in the forward (NF-Nets, BiT's ResNetV2), position tables, attention masks, norm
-    statistics. Counted per sample, those would be charged once per sample (all of
-    NFNet-F0's 71M weights, 35M elements a sample at a batch of 2). Growth is taken to
-    be linear in the batch. Where nothing grows (no batch-first input), or the model
-    takes no doubled batch (a recurrent state whose batch is not its first dimension),
-    all of it is taken per sample, as an upper bound."""
+    statistics. Counted per sample, those would be charged once per sample (NFNet-F0
+    keeps 46.6M elements once a step: 23.3M a sample at a batch of 2, beside the 20.9M
+    each sample keeps). Growth is taken to be linear in the batch. Where nothing grows
+    (no batch-first input), or the model takes no doubled batch (a recurrent state whose
+    batch is not its first dimension), all of it is taken per sample, as an upper bound."""
     samples = _batch_size(args, kwargs)
     one = saved_activations(model, *args, **kwargs)
     alone = Growth(one.elements // samples, 0, one.largest // samples)
-    doubled = [_batch_of(value, samples, 2) for value in args]
-    named = {key: _batch_of(value, samples, 2) for key, value in kwargs.items()}
+    doubled, named = _batched(args, kwargs, samples, 2, "meta")
     try:
         twice = saved_activations(model, *doubled, **named)
     except Exception:  # the model's own code refused the doubled inputs
@@ -247,15 +251,22 @@ def _fake_cuda_copy(model: torch.nn.Module, mode: FakeTensorMode) -> torch.nn.Mo
     return model
 
 
-def _batch_of(value: Any, samples: int, copies: int, device: str = "meta") -> Any:
-    """A tensor like `value` on `device`, with `copies` times its batch where its first
-    dimension is the batch (other tensors, a mask say, as they are; non-tensors as given)."""
-    if not isinstance(value, torch.Tensor):
-        return value
-    shape = value.shape
-    if value.dim() and shape[0] == samples:
-        shape = torch.Size((samples * copies, *shape[1:]))
-    return torch.empty(shape, dtype=value.dtype, device=device)
+def _batched(
+    args: tuple[Any, ...], kwargs: dict[str, Any], samples: int, copies: int, device: str
+) -> tuple[list[Any], dict[str, Any]]:
+    """Inputs like `args` and `kwargs` on `device`, with `copies` times the batch where a
+    tensor's first dimension is the batch (other tensors, a mask say, as they are;
+    non-tensors as given)."""
+
+    def like(value: Any) -> Any:
+        if not isinstance(value, torch.Tensor):
+            return value
+        shape = value.shape
+        if value.dim() and shape[0] == samples:
+            shape = torch.Size((samples * copies, *shape[1:]))
+        return torch.empty(shape, dtype=value.dtype, device=device)
+
+    return [like(value) for value in args], {key: like(v) for key, v in kwargs.items()}
 
 
 @contextlib.contextmanager
@@ -295,8 +306,7 @@ def autocast_bytes_per_sample(model: torch.nn.Module, *args: Any, **kwargs: Any)
         fake = _fake_cuda_copy(model, mode)
         for copies in (1, 2):
             with mode:
-                batch = [_batch_of(value, samples, copies, "cuda") for value in args]
-                named = {key: _batch_of(v, samples, copies, "cuda") for key, v in kwargs.items()}
+                batch, named = _batched(args, kwargs, samples, copies, "cuda")
             with mode, cast:
                 totals.append(saved_activations(fake, *batch, **named).nbytes)
     if totals[1] <= totals[0]:
