@@ -50,6 +50,7 @@ from estimator.history import (
     HISTORY_MARGIN,
     MIN_RATIO_BATCHES,
     ObservationHistory,
+    architecture_digest,
     batch_line,
     fingerprint,
 )
@@ -225,11 +226,36 @@ class Estimator:
         return self.artifact.calibration.coverage if self.artifact else 0.95
 
     @property
+    def calibration_version(self) -> str:
+        return self.artifact.version if self.artifact else ANALYTICAL_VERSION
+
+    @property
     def version(self) -> str:
         """The calibration's version, and the digest of the offsets in force."""
-        base = self.artifact.version if self.artifact else ANALYTICAL_VERSION
         digest = self.offsets.digest()
-        return f"{base}+fc.{digest}" if digest else base
+        return f"{self.calibration_version}+fc.{digest}" if digest else self.calibration_version
+
+    def basis(self, spec: TrainingSpec) -> str:
+        """What an estimate of `spec` made now rests on: the calibration, and the runs of
+        its architecture the history took in (every figure the history gives an estimate
+        is the architecture's). An estimate kept with it is remade once `stale` says so.
+        The offsets and the repeat margin are left out: they move with every finished
+        job of the cluster, by a little, and remaking every waiting job's estimate at
+        each would cost the scheduler what it saves; its own architecture's runs are
+        what can show a job needs far more than its estimate."""
+        digest = architecture_digest(spec)
+        return f"{self.calibration_version}|{digest}|{self.history.runs_of(digest)}"
+
+    def stale(self, basis: str | None) -> bool:
+        """Whether an estimate made on `basis` (None: not recorded) may differ from one
+        made now, as far as `basis` tells."""
+        version, _, rest = (basis or "").partition("|")
+        digest, _, runs = rest.partition("|")
+        return (
+            version != self.calibration_version
+            or not digest
+            or runs != str(self.history.runs_of(digest))
+        )
 
     def with_artifact(self, artifact: Artifact | None) -> Estimator:
         """This estimator with another calibration; what it observed and learned of

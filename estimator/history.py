@@ -148,6 +148,11 @@ def architecture(spec: TrainingSpec) -> str:
     return json.dumps(spec.model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
 
+def architecture_digest(spec: TrainingSpec) -> str:
+    """A short name of `architecture(spec)`, for rows that record which one they are of."""
+    return hashlib.sha256(architecture(spec).encode()).hexdigest()[:16]
+
+
 def weights_mib(spec: TrainingSpec) -> float:
     """The analytical weights term: what one GPU of the job holds of the model's
     parameters (whatever the GPU); SpecError if the estimator cannot read `spec`."""
@@ -269,6 +274,9 @@ class ObservationHistory:
         self._ratios: dict[str, float] = {}
         self._own_ratios: dict[tuple[str, str | None], float] = {}
         self._repeats = _Repeats()
+        # runs taken in (peaks and OOMs) by architecture digest: an estimate of the
+        # architecture made before its count moved may be out of date (`runs_of`)
+        self._runs: Counter[str] = Counter()
         self._viewer: str | None = None
 
     def add(
@@ -284,6 +292,7 @@ class ObservationHistory:
         owner's (itself if vouched for, and the spec's shared peak there if it rose)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         voter = None if trusted else owner
+        self._runs[architecture_digest(spec)] += 1
         by_gpu = self._peaks.setdefault(key, {})
         self._batches.setdefault(configuration(spec), {})[spec.batch_size] = by_gpu
         votes = by_gpu.setdefault(gpu, _Votes())
@@ -310,6 +319,7 @@ class ObservationHistory:
         and its ratio widens the architecture's bounds as a peak's does (`_widen`)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         voter = None if trusted else owner
+        self._runs[architecture_digest(spec)] += 1
         self._ooms.setdefault(key, {}).setdefault(gpu, _Votes()).add(voter, held_mib)
         self._widen(spec, key, gpu, ratio, owner, voter)
         before = self._peaks.get(key, {}).get(gpu, _Votes())
@@ -407,6 +417,11 @@ class ObservationHistory:
         every owner may rely on, and the viewer's own."""
         arch = architecture(spec)
         return _largest(self._ratios.get(arch), self._own_ratios.get((arch, self._viewer)))
+
+    def runs_of(self, digest: str) -> int:
+        """How many runs (peaks and OOMs) of the architecture `architecture_digest` names
+        this history took in: whatever it learns of an architecture moves this count."""
+        return self._runs[digest]
 
     def seen_by(self, owner: str | None) -> ObservationHistory:
         """This history as `owner`'s jobs see it (the same records, not a copy)."""

@@ -148,7 +148,9 @@ class Observation(Base):
 
 
 class JobEstimate(Base):
-    """The estimator's answer for a job on one GPU model, made once and kept."""
+    """The estimator's answer for a job on one GPU model, kept; the scheduler makes it
+    again while the job waits if the `basis` it was made on is out of date (runs of its
+    architecture ended since, or another calibration is active: `Estimator.stale`)."""
 
     __tablename__ = "job_estimates"
     __table_args__ = (
@@ -166,5 +168,6 @@ class JobEstimate(Base):
     method: Mapped[str] = mapped_column(String(32))
     model_version: Mapped[str] = mapped_column(String(64))
     breakdown_mib: Mapped[dict[str, Any]] = mapped_column(JSON)
+    basis: Mapped[str | None] = mapped_column(String(96))  # `Estimator.basis`; None: unknown
 
     job: Mapped[Job] = relationship(back_populates="estimates")

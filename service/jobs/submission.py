@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from estimator.analytical.model import SpecError
@@ -110,7 +110,16 @@ def _storable(mib: int) -> int:
     return min(max(mib, 0), MAX_STORED_MIB)
 
 
-def _estimate_row(model: str, estimate: Estimate) -> JobEstimate:
+@dataclasses.dataclass(frozen=True)
+class MadeEstimates:
+    """A job's estimates per GPU model, and the basis they were made on
+    (`Estimator.basis`), kept with them."""
+
+    by_model: dict[str, Estimate]
+    basis: str
+
+
+def _estimate_row(model: str, estimate: Estimate, basis: str) -> JobEstimate:
     return JobEstimate(
         gpu_model=model,
         peak_mib=_storable(estimate.peak_mib),
@@ -119,12 +128,19 @@ def _estimate_row(model: str, estimate: Estimate) -> JobEstimate:
         method=estimate.method,
         model_version=estimate.model_version,
         breakdown_mib={k: _storable(v) for k, v in estimate.breakdown_mib.items()},
+        basis=basis,
     )
 
 
-def store_estimates(session: Session, job_id: int, estimates: dict[str, Estimate]) -> None:
-    for model, estimate in estimates.items():
-        row = _estimate_row(model, estimate)
+def store_estimates(session: Session, job_id: int, made: MadeEstimates) -> None:
+    """Keep `made` as the job's estimates on its GPU models, in place of any before."""
+    session.execute(
+        delete(JobEstimate).where(
+            JobEstimate.job_id == job_id, JobEstimate.gpu_model.in_(made.by_model)
+        )
+    )
+    for model, estimate in made.by_model.items():
+        row = _estimate_row(model, estimate, made.basis)
         row.job_id = job_id
         session.add(row)
 
@@ -172,10 +188,13 @@ def create(
     if job_in.gpu_models is not None:
         models = _canonical_models(job_in.gpu_models, known)
     estimates: dict[str, Estimate] = {}
+    basis = ""
     if job_in.training is not None:
+        current = estimator()
         estimates = estimate_for(
-            estimator(), job_in.training, models or known or [VALIDATION_GPU], owner
+            current, job_in.training, models or known or [VALIDATION_GPU], owner
         )
+        basis = current.basis(job_in.training)
         if not (models or known):
             estimates = {}  # made only to check the spec: nothing of this GPU is here
 
@@ -213,7 +232,7 @@ def create(
         updated_at=now,
         # its relations given, so that answering with the job reads nothing back
         attempts=[],
-        estimates=[_estimate_row(model, e) for model, e in estimates.items()],
+        estimates=[_estimate_row(model, e, basis) for model, e in estimates.items()],
     )
     session.add(job)
     session.flush()

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Sequence
 
+from service.scheduler.snapshot import PendingJob
+
+NO_FIGURE_MIB = 1 << 40  # the demand on a GPU model a waiting job has no figure for
+
 
 def can_ever_fit(
     *,
@@ -20,3 +24,20 @@ def can_ever_fit(
         if (not models or model in models) and total - headroom_mib >= demand(model):
             per_node[node] = per_node.get(node, 0) + 1
     return any(count >= gpus for count in per_node.values())
+
+
+def could_run(job: PendingJob, cluster: Sequence[tuple[int, str, int]], headroom_mib: int) -> bool:
+    """`can_ever_fit` for a waiting job as placement sees it: a GPU model it has no
+    demand figure for can take it nowhere."""
+
+    def demand(model: str) -> int:
+        mib = job.demand_for(model)
+        return NO_FIGURE_MIB if mib is None else mib
+
+    return can_ever_fit(
+        gpus=job.gpus,
+        models=job.gpu_models,
+        cluster=cluster,
+        demand=demand,
+        headroom_mib=headroom_mib,
+    )

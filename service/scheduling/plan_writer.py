@@ -27,8 +27,8 @@ def write_plan(session: Session, rows: SnapshotRows, plan: Plan) -> None:
     """Commit `plan`, made from `rows`, inside the caller's transaction (which holds the
     placement lock the snapshot was read under)."""
     _left_out(session, rows.unschedulable)
-    for job_id, estimates in rows.new_estimates.items():
-        store_estimates(session, job_id, estimates)
+    for job_id, made in rows.new_estimates.items():
+        store_estimates(session, job_id, made)
     _place(session, rows, plan.placements)
     changed = [
         {"id": job_id, "reason": reason}

@@ -1,7 +1,8 @@
 """Database rows -> the core's Snapshot. A read: it writes nothing.
 
-Estimates a waiting job lacks (GPU models that joined the cluster after it) are made in
-memory and handed back with the snapshot; the cycle's write phase stores them, explain
+Estimates a waiting job lacks (GPU models that joined the cluster after it), and those
+made stale by what the cluster observed since (`Estimator.stale`), are made in memory
+and handed back with the snapshot; the cycle's write phase stores them, explain
 only shows them. A job the reading cannot turn into a view is handed back too, with
 its problem, for the write phase to fail or hold.
 """
@@ -23,7 +24,9 @@ from service.db import utcnow
 from service.errors import ApiError
 from service.jobs import submission as jobs
 from service.jobs.models import Allocation, Attempt, Job, JobEstimate
+from service.jobs.submission import MadeEstimates
 from service.nodes.models import Gpu, Node
+from service.scheduler.admission import could_run
 from service.scheduler.snapshot import (
     GpuView,
     NodeView,
@@ -66,7 +69,7 @@ class SnapshotRows:
     snapshot: Snapshot
     jobs: dict[int, WaitingRow]  # the waiting jobs in the snapshot, by id
     gpus: dict[int, GpuView]
-    new_estimates: dict[int, dict[str, Estimate]]  # by job id, then GPU model
+    new_estimates: dict[int, MadeEstimates]  # by job id
     unschedulable: dict[int, Unschedulable]  # by job id
 
 
@@ -77,6 +80,7 @@ class _Stored:
     peak_mib: int
     upper_mib: int
     method: str
+    basis: str | None  # what it was made on (`Estimator.basis`)
 
 
 # A waiting job's columns the snapshot reads: no ORM object is built for it (at
@@ -95,18 +99,25 @@ _WAITING = (
 )
 
 
-def _missing_estimates(
+def _new_estimates(
     estimator: Estimator, job: Any, stored: Mapping[str, _Stored], models: list[str]
-) -> dict[str, Estimate]:
-    """A training job's estimates on GPU models it has none for."""
+) -> MadeEstimates | None:
+    """A training job's estimates on GPU models it has none for, and on all of them once
+    those it has are stale (runs of its architecture ended since they were made, or
+    another calibration is active): a waiting job is placed by what the cluster learned
+    while it waited, so that one job's OOM does not repeat in the next of its kind."""
     if job.memory_mib is not None or not job.spec.get("training"):
-        return {}
-    missing = [m for m in models if m not in stored]
-    if not missing:
-        return {}
+        return None
+    if any(estimator.stale(kept.basis) for kept in stored.values()):
+        wanted = sorted({*models, *stored})
+    else:
+        wanted = [m for m in models if m not in stored]
+    if not wanted:
+        return None
     training = jobs.training_spec(job)
     assert training is not None
-    return jobs.estimate_for(estimator, training, missing, job.owner)
+    made = jobs.estimate_for(estimator, training, wanted, job.owner)
+    return MadeEstimates(made, estimator.basis(training))
 
 
 def _pending_view(
@@ -286,13 +297,13 @@ def _stored_estimates(session: Session) -> dict[int, dict[str, _Stored]]:
     rows = _rows(
         session,
         select(JobEstimate.job_id, JobEstimate.gpu_model, JobEstimate.peak_mib)
-        .add_columns(JobEstimate.upper_mib, JobEstimate.method)
+        .add_columns(JobEstimate.upper_mib, JobEstimate.method, JobEstimate.basis)
         .join(Job, Job.id == JobEstimate.job_id)
         .where(Job.state == JobState.PENDING),
     )
     stored: dict[int, dict[str, _Stored]] = {}
-    for job_id, model, peak_mib, upper_mib, method in rows:
-        stored.setdefault(job_id, {})[model] = _Stored(peak_mib, upper_mib, method)
+    for job_id, model, peak_mib, upper_mib, method, basis in rows:
+        stored.setdefault(job_id, {})[model] = _Stored(peak_mib, upper_mib, method, basis)
     return stored
 
 
@@ -328,15 +339,21 @@ def read_snapshot(
     attempts = _attempt_counts(session)
     models = sorted({g.model for g in gpus.values()})
     room = room_by_model(((g.model, g.memory_total_mib) for g in gpus.values()), headroom_mib)
+    cluster = [(g.node_id, g.model, g.memory_total_mib) for g in gpus.values()]
     views: list[PendingJob] = []
     placeable: dict[int, WaitingRow] = {}
-    new_estimates: dict[int, dict[str, Estimate]] = {}
+    new_estimates: dict[int, MadeEstimates] = {}
     unschedulable: dict[int, Unschedulable] = {}
     for job in waiting:
         kept = stored.get(job.id, {})
         try:
-            made = _missing_estimates(estimator, job, kept, models) if estimator is not None else {}
-            views.append(_pending_view(job, {**kept, **made}, room))
+            made = _new_estimates(estimator, job, kept, models) if estimator is not None else None
+            view = _pending_view(job, {**kept, **(made.by_model if made else {})}, room)
+            if made is not None and kept and not could_run(view, cluster, headroom_mib):
+                # remade, it fits no GPU: the estimates it was admitted with stand, and
+                # its run tells (an OOM sets the floor it is retried or failed with)
+                made, view = None, _pending_view(job, kept, room)
+            views.append(view)
         except (OperationalError, InterfaceError):
             raise  # the database, not the job: the cycle is retried
         except (ApiError, ValidationError) as exc:
@@ -347,7 +364,7 @@ def read_snapshot(
             log.exception("job %d left out of the snapshot", job.id)
             continue
         placeable[job.id] = WaitingRow(job.id, attempts.get(job.id, 0), job.reason)
-        if made:
+        if made is not None:
             new_estimates[job.id] = made
     snapshot = Snapshot(
         nodes=tuple(nodes),

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from service.scheduler.admission import can_ever_fit
+from service.scheduler.admission import could_run
 from service.scheduler.framework import SchedulerConfig
 from service.scheduler.lifecycle import (
     Ending,
@@ -56,15 +56,10 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 # Jobs a cluster of an unfamiliar stack may take to teach Colloc its fixed cost: the
 # issue's `foreign-stack` target counts reservations over true peaks after these.
 LEARNING_JOBS = 200
-UNKNOWN_MIB = 1 << 40  # the demand on a GPU model a policy has no figure for
 
 # Event kinds, in the order they are handled at one instant: the cycle comes last, so
 # it sees every arrival, exit and peak of that instant.
 ARRIVAL, PEAK, FINISH, STEADY, WAKE, CYCLE = range(6)
-
-
-def _known(demand_mib: int | None) -> int:
-    return UNKNOWN_MIB if demand_mib is None else demand_mib
 
 
 @dataclass(frozen=True)
@@ -203,7 +198,8 @@ class Simulation:
                     gpu_id, node_id, index, spec.model, spec.memory_mib, speeds[spec.model]
                 )
         self.models = {gpu.model: gpu.memory_mib for gpu in self.gpus.values()}
-        self.room_mib = room_by_model(self.models.items(), settings.scheduler.headroom_mib)
+        self._headroom_mib = settings.scheduler.headroom_mib
+        self.room_mib = room_by_model(self.models.items(), self._headroom_mib)
         # one node of each make-up is enough to tell whether a job could ever run
         makeups = {node.gpus: node_id for node_id, node in enumerate(nodes, start=1)}
         self.cluster = [
@@ -214,6 +210,9 @@ class Simulation:
         self.memory_total_mib = sum(gpu.memory_mib for gpu in self.gpus.values())
         self.views = {gpu.id: self._view(gpu) for gpu in self.gpus.values()}
         self.pending: dict[int, _Job] = {}
+        # models (architectures) a run of which ended since the last cycle: waiting jobs
+        # of theirs are estimated again (`_reestimate`)
+        self.ran: set[str] = set()
         self.running: dict[int, _Attempt] = {}
         self.states: dict[int, _Job] = {}
         self.events: list[tuple[float, int, int, int, int]] = []
@@ -295,14 +294,8 @@ class Simulation:
     def _arrive(self, job: SimJob) -> None:
         state = _Job(job, self.policy.demand(job, self.models), pending_since=self.now)
         self.states[job.id] = state
-        view = self._pending_view(state)
-        if not can_ever_fit(
-            gpus=job.gpus,
-            models=view.gpu_models,
-            cluster=self.cluster,
-            demand=lambda model: _known(view.demand_for(model)),
-            headroom_mib=self.settings.scheduler.headroom_mib,
-        ):  # the service refuses such a job at submission
+        if not could_run(self._pending_view(state), self.cluster, self._headroom_mib):
+            # the service refuses such a job at submission
             self.rejected.add(job.id)
             return
         self.pending[job.id] = state
@@ -343,9 +336,27 @@ class Simulation:
             jobs=len(gpu.attempts),
         )
 
+    def _reestimate(self) -> None:
+        """As the service's snapshot reader remakes a waiting job's stale estimates: ask
+        the policy again for the demand of waiting jobs whose architecture ran since,
+        and keep it where the job could still run by it somewhere."""
+        for state in self.pending.values():
+            if state.job.model not in self.ran:
+                continue
+            demand = self.policy.demand(state.job, self.models)
+            if demand == state.demand:
+                continue
+            was = state.demand, state.view
+            state.demand, state.view = demand, None
+            if not could_run(self._pending_view(state), self.cluster, self._headroom_mib):
+                state.demand, state.view = was
+        self.ran.clear()
+
     def _cycle(self) -> None:
         if not self.pending:
             return
+        if self.ran:
+            self._reestimate()
         self.cycles += 1
         snapshot = Snapshot(
             nodes=self.node_views,
@@ -512,6 +523,7 @@ class Simulation:
         ending = self._ending(attempt, AttemptState.OOM, held)
         self._release(attempt)
         self.policy.observe_oom(attempt.job, gpu.model, held)
+        self.ran.add(attempt.job.model)
         self._settle(self.states[attempt.job.id], ending)
 
     def _ending(self, attempt: _Attempt, outcome: AttemptState, peak_mib: int) -> Ending:
@@ -542,6 +554,7 @@ class Simulation:
         ending = self._ending(attempt, AttemptState.SUCCEEDED, peak)
         self._release(attempt)
         self.policy.observe(attempt.job, gpu.model, peak)
+        self.ran.add(attempt.job.model)
         self._settle(self.states[job_id], ending)
 
     def _settle(self, state: _Job, ending: Ending) -> None:

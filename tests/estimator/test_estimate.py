@@ -136,6 +136,23 @@ def test_an_oom_widens_the_architectures_bound_but_is_no_peak() -> None:
     assert estimator.observations == []  # nothing for history or a refit
 
 
+def test_an_estimate_is_stale_once_its_architecture_ran_or_the_calibration_changed() -> None:
+    estimator = Estimator(default_estimator().artifact, ObservationHistory())
+    other = RESNET.model_copy(update={"batch_size": 128})
+    vit = TrainingSpec.model_validate({"model": {"catalog": "vit_b_16"}, "batch_size": 8})
+    basis = estimator.basis(other)
+    assert not estimator.stale(basis) and estimator.stale(None) and estimator.stale("x")
+    estimator.observe(vit, "A100-40GB", 9000)  # another architecture
+    assert not estimator.stale(basis)
+    seen = _seen_by(estimator, "ann")  # what one owner's jobs see: the same runs
+    estimator.observe_oom(RESNET, "A100-40GB", 30000)  # another batch size, same model
+    assert estimator.stale(basis) and seen.stale(basis)
+    assert not estimator.stale(estimator.basis(other)) and seen.basis(other) == estimator.basis(
+        other
+    )
+    assert estimator.with_artifact(None).stale(estimator.basis(other))
+
+
 def _seen_by(estimator: Estimator, owner: str) -> Estimator:
     return replace(estimator, history=estimator.history.seen_by(owner))
 

@@ -64,7 +64,8 @@ def test_reading_a_snapshot_writes_nothing(client: TestClient) -> None:
         rows = read_snapshot(session, 0, state.estimator_state.sync(session))
         assert not (session.new or session.dirty or session.deleted)
         assert session.scalar(select(func.count()).select_from(JobEstimate)) == 0
-        assert list(rows.new_estimates) == [good] and list(rows.new_estimates[good]) == [T4]
+        assert list(rows.new_estimates) == [good]
+        assert list(rows.new_estimates[good].by_model) == [T4]
         assert list(rows.unschedulable) == [stale] and rows.unschedulable[stale].for_good
         assert session.get(Job, stale).state == "pending"  # type: ignore[union-attr]
     assert _database(client)["estimates"] == 0

@@ -165,6 +165,36 @@ def test_an_oom_widens_the_next_estimate_of_the_architecture(client: TestClient)
     assert again["estimates"][0]["method"] == "analytical+learned+model-history"
 
 
+def test_a_waiting_job_is_estimated_again_once_a_job_of_its_architecture_oomed(
+    client: TestClient,
+) -> None:
+    node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
+    first = submit(client, training=RESNET, max_attempts=1)
+    (plain,) = first["estimates"]
+    cycle(client)
+    room = 40960 - 256 - plain["upper_mib"]  # the card less its headroom and the first job
+    filler = submit(client, memory_mib=room - 1000)
+    cycle(client)
+    waiting = submit(client, training=RESNET)
+    assert waiting["estimates"][0]["upper_mib"] == plain["upper_mib"]  # fits once first ends
+    cycle(client)
+    assert job_of(client, waiting["id"])["state"] == "pending"
+    oom = exited(first["id"], code=1, outcome="oom", peak=3 * plain["peak_mib"])
+    beat(client, node, [oom, running(filler["id"])])
+    cycle(client)  # the first job's room is free, but the waiting one needs more now
+    now = job_of(client, waiting["id"])
+    (estimate,) = now["estimates"]
+    assert now["state"] == "pending"
+    assert estimate["method"] == "analytical+learned+model-history"
+    assert estimate["upper_mib"] > 3 * plain["peak_mib"] > plain["upper_mib"] + 1000
+    beat(client, node, [exited(filler["id"], peak=room - 1000)])
+    cycle(client)
+    (attempt,) = job_of(client, waiting["id"])["attempts"]
+    assert attempt["reserved_mib"] == estimate["upper_mib"]
+    cycle(client)  # nothing new was observed: the estimate is kept as it is
+    assert job_of(client, waiting["id"])["estimates"] == [estimate]
+
+
 def test_closed_loop_history_refit_and_rollback(client: TestClient) -> None:
     node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
     first = submit(client, training=RESNET)
