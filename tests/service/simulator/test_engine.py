@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import pytest
 
@@ -11,7 +12,7 @@ from service.config import Settings
 from service.scheduler.framework import SchedulerConfig
 from service.simulator.cluster import SimGpuSpec, SimNode
 from service.simulator.engine import SimResult, SimSettings, Simulation
-from service.simulator.policies import Exclusive, Oracle, Policy, Request
+from service.simulator.policies import Demand, Exclusive, Oracle, Policy, Request
 from service.simulator.traces import Sharing
 from service.simulator.workload import SimJob
 
@@ -24,14 +25,21 @@ def sharing(speed: float = 1.0, util_pct: float = 0.0) -> Sharing:
     return Sharing(share={0: 1.0}, gpu_util_pct={0: util_pct}, speed={(0, 0): speed})
 
 
-def job(job_id: int, arrival_s: float, work_s: float, true_mib: int, claim_mib: int = 0) -> SimJob:
+def job(
+    job_id: int,
+    arrival_s: float,
+    work_s: float,
+    true_mib: int,
+    claim_mib: int = 0,
+    model: str = "m",
+) -> SimJob:
     return SimJob(
         id=job_id,
         arrival_s=arrival_s,
         gpus=1,
         work_s=work_s,
         spec=SPEC,
-        model="m",
+        model=model,
         group="g",
         true_peak_mib={GPU: true_mib},
         foreseen_peak_mib={GPU: true_mib},
@@ -123,3 +131,39 @@ def test_the_simulation_runs_the_services_default_settings() -> None:
     assert SimSettings().scheduler == settings.scheduler()
     assert SimSettings().rules == settings.reservation_rules()
     assert SimSettings().max_attempts == settings.default_max_attempts
+
+
+class Learning(Request):
+    """Users' claims, until a run of a model dies of an OOM: from then on its jobs ask
+    for `learned_mib`."""
+
+    def __init__(self, learned_mib: int) -> None:
+        self.learned_mib = learned_mib
+        self.oomed: set[str] = set()
+
+    def demand(self, job: SimJob, models: Mapping[str, int]) -> Demand:
+        if job.model in self.oomed:
+            return Demand(memory_mib=self.learned_mib)
+        return super().demand(job, models)
+
+    def observe_oom(self, job: SimJob, model: str, held_mib: int) -> None:
+        self.oomed.add(job.model)
+
+
+@pytest.mark.parametrize("learned_mib", [15000, 20000])
+def test_a_waiting_job_takes_what_its_models_oom_taught_where_it_could_run_by_it(
+    learned_mib: int,
+) -> None:
+    # Job 1 (model m) and a filler of another model start at 0, reserving 4096 and
+    # 10000 MiB of 16384; job 2 (model m) waits. At 60 the filler holds its 10000 and
+    # job 1 dies needing 14000. Job 2 then asks for what the OOM taught, where a GPU
+    # could ever give it (15000), and keeps its claim where none could (20000).
+    jobs = [
+        job(0, 0, 100, 10000, claim_mib=10000, model="filler"),
+        job(1, 0, 200, 14000, claim_mib=4096),
+        job(2, 1, 200, 14000, claim_mib=4096),
+    ]
+    result = simulate(jobs, Learning(learned_mib))
+    assert result.jobs_rejected == 0 and result.jobs_completed + result.jobs_failed == 3
+    reserved = result.reserved_over_true[2] * 14000
+    assert reserved == pytest.approx(learned_mib if learned_mib <= 16384 else 4096)
