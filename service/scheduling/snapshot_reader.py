@@ -9,6 +9,7 @@ its problem, for the write phase to fail or hold.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -100,12 +101,18 @@ _WAITING = (
 
 
 def _new_estimates(
-    estimator: Estimator, job: Any, stored: Mapping[str, _Stored], models: list[str]
+    estimator: Estimator,
+    job: Any,
+    stored: Mapping[str, _Stored],
+    models: list[str],
+    made: dict[str, MadeEstimates],
 ) -> MadeEstimates | None:
     """A training job's estimates on GPU models it has none for, and on all of them once
     those it has are stale (runs of its architecture ended since they were made, or
     another calibration is active): a waiting job is placed by what the cluster learned
-    while it waited, so that one job's OOM does not repeat in the next of its kind."""
+    while it waited, so that one job's OOM does not repeat in the next of its kind.
+    `made` holds this read's answers by spec, owner and GPU models: a queue holds many
+    jobs of one spec, made stale by one run."""
     if job.memory_mib is not None or not job.spec.get("training"):
         return None
     if any(estimator.stale(kept.basis) for kept in stored.values()):
@@ -114,10 +121,13 @@ def _new_estimates(
         wanted = [m for m in models if m not in stored]
     if not wanted:
         return None
-    training = jobs.training_spec(job)
-    assert training is not None
-    made = jobs.estimate_for(estimator, training, wanted, job.owner)
-    return MadeEstimates(made, estimator.basis(training))
+    key = json.dumps([job.spec["training"], job.owner, wanted], sort_keys=True)
+    if key not in made:
+        training = jobs.training_spec(job)
+        assert training is not None
+        estimates = jobs.estimate_for(estimator, training, wanted, job.owner)
+        made[key] = MadeEstimates(estimates, estimator.basis(training))
+    return made[key]
 
 
 def _pending_view(
@@ -343,11 +353,16 @@ def read_snapshot(
     views: list[PendingJob] = []
     placeable: dict[int, WaitingRow] = {}
     new_estimates: dict[int, MadeEstimates] = {}
+    remade: dict[str, MadeEstimates] = {}
     unschedulable: dict[int, Unschedulable] = {}
     for job in waiting:
         kept = stored.get(job.id, {})
         try:
-            made = _new_estimates(estimator, job, kept, models) if estimator is not None else None
+            made = (
+                _new_estimates(estimator, job, kept, models, remade)
+                if estimator is not None
+                else None
+            )
             view = _pending_view(job, {**kept, **(made.by_model if made else {})}, room)
             if made is not None and kept and not could_run(view, cluster, headroom_mib):
                 # remade, it fits no GPU: the estimates it was admitted with stand, and

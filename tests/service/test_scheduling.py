@@ -176,6 +176,7 @@ def test_a_waiting_job_is_estimated_again_once_a_job_of_its_architecture_oomed(
     filler = submit(client, memory_mib=room - 1000)
     cycle(client)
     waiting = submit(client, training=RESNET)
+    twin = submit(client, training=RESNET)
     assert waiting["estimates"][0]["upper_mib"] == plain["upper_mib"]  # fits once first ends
     cycle(client)
     assert job_of(client, waiting["id"])["state"] == "pending"
@@ -187,6 +188,7 @@ def test_a_waiting_job_is_estimated_again_once_a_job_of_its_architecture_oomed(
     assert now["state"] == "pending"
     assert estimate["method"] == "analytical+learned+model-history"
     assert estimate["upper_mib"] > 3 * plain["peak_mib"] > plain["upper_mib"] + 1000
+    assert job_of(client, twin["id"])["estimates"] == [estimate]  # remade alike
     beat(client, node, [exited(filler["id"], peak=room - 1000)])
     cycle(client)
     (attempt,) = job_of(client, waiting["id"])["attempts"]
