@@ -248,13 +248,15 @@ class Estimator:
 
     def stale(self, basis: str | None) -> bool:
         """Whether an estimate made on `basis` (None: not recorded) may differ from one
-        made now, as far as `basis` tells."""
+        made now, as far as `basis` tells: another calibration, or more runs of its
+        architecture than it knew. Fewer is not stale: a server that has not taken in
+        every run another one did (a replica, one restarted) does not undo its work."""
         version, _, rest = (basis or "").partition("|")
         digest, _, runs = rest.partition("|")
         return (
             version != self.calibration_version
-            or not digest
-            or runs != str(self.history.runs_of(digest))
+            or not runs.isdigit()
+            or int(runs) < self.history.runs_of(digest)
         )
 
     def with_artifact(self, artifact: Artifact | None) -> Estimator:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from estimator.analytical.model import SpecError
@@ -133,11 +133,15 @@ def _estimate_row(model: str, estimate: Estimate, basis: str) -> JobEstimate:
 
 
 def store_estimates(session: Session, job_id: int, made: MadeEstimates) -> None:
-    """Keep `made` as the job's estimates on its GPU models, in place of any before."""
+    """Keep `made` as the job's estimates on its GPU models, in place of any before;
+    the job's other estimates count as judged on `made.basis` too (they stand)."""
     session.execute(
         delete(JobEstimate).where(
             JobEstimate.job_id == job_id, JobEstimate.gpu_model.in_(made.by_model)
         )
+    )
+    session.execute(
+        update(JobEstimate).where(JobEstimate.job_id == job_id).values(basis=made.basis)
     )
     for model, estimate in made.by_model.items():
         row = _estimate_row(model, estimate, made.basis)

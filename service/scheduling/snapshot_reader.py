@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,27 +100,17 @@ _WAITING = (
 )
 
 
-def _new_estimates(
-    estimator: Estimator,
-    job: Any,
-    stored: Mapping[str, _Stored],
-    models: list[str],
-    made: dict[str, MadeEstimates],
-) -> MadeEstimates | None:
-    """A training job's estimates on GPU models it has none for, and on all of them once
-    those it has are stale (runs of its architecture ended since they were made, or
-    another calibration is active): a waiting job is placed by what the cluster learned
-    while it waited, so that one job's OOM does not repeat in the next of its kind.
-    `made` holds this read's answers by spec, owner and GPU models: a queue holds many
-    jobs of one spec, made stale by one run."""
-    if job.memory_mib is not None or not job.spec.get("training"):
-        return None
-    if any(estimator.stale(kept.basis) for kept in stored.values()):
-        wanted = sorted({*models, *stored})
-    else:
-        wanted = [m for m in models if m not in stored]
-    if not wanted:
-        return None
+def _estimated(job: Any) -> bool:
+    """Whether the job is placed by the estimator's figures: a training spec, no claim."""
+    return job.memory_mib is None and bool(job.spec.get("training"))
+
+
+def _made(
+    estimator: Estimator, job: Any, wanted: list[str], made: dict[str, MadeEstimates]
+) -> MadeEstimates:
+    """The job's estimates on the `wanted` GPU models. `made` holds this read's answers
+    by spec, owner and GPU models: a queue holds many jobs of one spec, made stale by
+    one run."""
     key = json.dumps([job.spec["training"], job.owner, wanted], sort_keys=True)
     if key not in made:
         training = jobs.training_spec(job)
@@ -128,6 +118,60 @@ def _new_estimates(
         estimates = jobs.estimate_for(estimator, training, wanted, job.owner)
         made[key] = MadeEstimates(estimates, estimator.basis(training))
     return made[key]
+
+
+def _remade(
+    estimator: Estimator,
+    job: Any,
+    kept: Mapping[str, _Stored],
+    models: list[str],
+    made: dict[str, MadeEstimates],
+) -> MadeEstimates | None:
+    """A waiting job's stale estimates made again on every GPU model (None: they stand).
+    A job was admitted with the estimates it has, so a remake that fails keeps them."""
+    try:
+        return _made(estimator, job, sorted({*models, *kept}), made)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception:
+        log.warning(
+            "job %d keeps its estimates: they could not be made again", job.id, exc_info=True
+        )
+        return None
+
+
+def _new_estimates(
+    estimator: Estimator,
+    job: Any,
+    kept: Mapping[str, _Stored],
+    models: list[str],
+    ran_before: bool,
+    could: Callable[[PendingJob], bool],
+    room: dict[str, int],
+    made: dict[str, MadeEstimates],
+) -> MadeEstimates | None:
+    """A training job's estimates on GPU models it has none for, and on all of them once
+    those it has are stale (runs of its architecture ended since they were made, or
+    another calibration is active): a job is placed by what the cluster learned while
+    it waited, so that one job's OOM does not repeat in the next of its kind. Estimates
+    an attempt was placed with (`ran_before`) stay what it was judged by; its retry
+    goes by the floor its end set."""
+    if not _estimated(job):
+        return None
+    remade = None
+    if kept and not ran_before and any(estimator.stale(k.basis) for k in kept.values()):
+        remade = _remade(estimator, job, kept, models, made)
+        if remade is not None and not could(_pending_view(job, {**kept, **remade.by_model}, room)):
+            # remade, it fits no GPU: the estimates it was admitted with stand, judged
+            # on this basis (not remade again until it moves), and its run tells
+            new = {m: e for m, e in remade.by_model.items() if m not in kept}
+            remade = MadeEstimates(new, remade.basis)
+    missing = [m for m in models if m not in kept and (remade is None or m not in remade.by_model)]
+    if missing:
+        more = _made(estimator, job, missing, made)
+        base = remade.by_model if remade is not None else {}
+        return MadeEstimates({**base, **more.by_model}, more.basis)
+    return remade
 
 
 def _pending_view(
@@ -350,6 +394,10 @@ def read_snapshot(
     models = sorted({g.model for g in gpus.values()})
     room = room_by_model(((g.model, g.memory_total_mib) for g in gpus.values()), headroom_mib)
     cluster = [(g.node_id, g.model, g.memory_total_mib) for g in gpus.values()]
+
+    def could(view: PendingJob) -> bool:
+        return could_run(view, cluster, headroom_mib)
+
     views: list[PendingJob] = []
     placeable: dict[int, WaitingRow] = {}
     new_estimates: dict[int, MadeEstimates] = {}
@@ -359,16 +407,13 @@ def read_snapshot(
         kept = stored.get(job.id, {})
         try:
             made = (
-                _new_estimates(estimator, job, kept, models, remade)
+                _new_estimates(
+                    estimator, job, kept, models, job.id in attempts, could, room, remade
+                )
                 if estimator is not None
                 else None
             )
-            view = _pending_view(job, {**kept, **(made.by_model if made else {})}, room)
-            if made is not None and kept and not could_run(view, cluster, headroom_mib):
-                # remade, it fits no GPU: the estimates it was admitted with stand, and
-                # its run tells (an OOM sets the floor it is retried or failed with)
-                made, view = None, _pending_view(job, kept, room)
-            views.append(view)
+            views.append(_pending_view(job, {**kept, **(made.by_model if made else {})}, room))
         except (OperationalError, InterfaceError):
             raise  # the database, not the job: the cycle is retried
         except (ApiError, ValidationError) as exc:

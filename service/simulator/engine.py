@@ -338,11 +338,11 @@ class Simulation:
 
     def _reestimate(self) -> None:
         """As the service's snapshot reader remakes a waiting job's stale estimates: ask
-        the policy again for the demand of waiting jobs whose architecture ran since,
-        and keep it where the job could still run by it somewhere."""
+        the policy again for the demand of waiting jobs that never ran and whose
+        architecture ran since, and keep it where the job could still run by it."""
         for state in self.pending.values():
-            if state.job.model not in self.ran:
-                continue
+            if state.job.model not in self.ran or state.tries:
+                continue  # a retry goes by the floor its attempt's end set
             demand = self.policy.demand(state.job, self.models)
             if demand == state.demand:
                 continue

@@ -151,6 +151,8 @@ def test_an_estimate_is_stale_once_its_architecture_ran_or_the_calibration_chang
         other
     )
     assert estimator.with_artifact(None).stale(estimator.basis(other))
+    version, digest, runs = estimator.basis(other).split("|")
+    assert not estimator.stale(f"{version}|{digest}|{int(runs) + 1}")  # one that knew more
 
 
 def _seen_by(estimator: Estimator, owner: str) -> Estimator:

@@ -197,6 +197,20 @@ def test_a_waiting_job_is_estimated_again_once_a_job_of_its_architecture_oomed(
     assert job_of(client, waiting["id"])["estimates"] == [estimate]
 
 
+def test_a_retried_jobs_estimates_stay_those_its_attempt_was_placed_with(
+    client: TestClient,
+) -> None:
+    node = register_node(client, "n1", [("Tesla T4", 15360), ("NVIDIA A100-SXM4-40GB", 40960)])
+    job = submit(client, training=RESNET, max_attempts=2)
+    cycle(client)
+    placed_with = job_of(client, job["id"])["estimates"]
+    beat(client, node, [running(job["id"])])
+    beat(client, node, [exited(job["id"], code=1, outcome="oom", peak=6000)])
+    cycle(client)  # its architecture ran (this very job), but its retry goes by its floor
+    again = job_of(client, job["id"])
+    assert again["reservation_floor_mib"] and again["estimates"] == placed_with
+
+
 def test_closed_loop_history_refit_and_rollback(client: TestClient) -> None:
     node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
     first = submit(client, training=RESNET)
