@@ -7,7 +7,10 @@ import time
 from typing import Any
 
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from service.db import transaction
+from service.jobs.models import JobEstimate
 from tests.conftest import register_node, submit
 from tests.service.test_lifecycle import beat, cycle, exited, exited_after, job_of, running
 
@@ -195,6 +198,31 @@ def test_a_waiting_job_is_estimated_again_once_a_job_of_its_architecture_oomed(
     assert attempt["reserved_mib"] == estimate["upper_mib"]
     cycle(client)  # nothing new was observed: the estimate is kept as it is
     assert job_of(client, waiting["id"])["estimates"] == [estimate]
+
+
+def test_remade_estimates_no_gpu_could_hold_are_not_taken(client: TestClient) -> None:
+    node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
+    first = submit(client, training=RESNET)
+    (plain,) = first["estimates"]
+    cycle(client)
+    filler = submit(client, memory_mib=40960 - 256 - plain["upper_mib"] - 1000)
+    cycle(client)
+    twin = submit(client, training=RESNET)
+    cycle(client)
+    assert job_of(client, twin["id"])["state"] == "pending"
+    state = client.app.state  # type: ignore[attr-defined]
+    stored = select(JobEstimate.basis).where(JobEstimate.job_id == twin["id"])
+    with transaction(state.sessions) as session:
+        before = session.scalars(stored).all()
+    # the spec ran at the card's full memory: remade, its twin would need more than
+    # any GPU gives a job (40,704 MiB), so the estimate it was admitted with stands
+    beat(client, node, [exited_after(client, first["id"], 600, peak=40900), running(filler["id"])])
+    cycle(client)
+    shown = job_of(client, twin["id"])
+    assert shown["estimates"][0]["upper_mib"] == plain["upper_mib"]
+    assert shown["attempts"][0]["reserved_mib"] == plain["upper_mib"]
+    with transaction(state.sessions) as session:
+        assert session.scalars(stored).all() != before  # judged on the new basis
 
 
 def test_a_retried_jobs_estimates_stay_those_its_attempt_was_placed_with(
