@@ -159,7 +159,8 @@ def _new_estimates(
     if not _estimated(job):
         return None
     remade = None
-    if kept and not ran_before and any(estimator.stale(k.basis) for k in kept.values()):
+    # a job's estimates are stored together, on one basis (`store_estimates`)
+    if kept and not ran_before and estimator.stale(next(iter(kept.values())).basis):
         remade = _remade(estimator, job, kept, models, made)
         if remade is not None and not could(_pending_view(job, {**kept, **remade.by_model}, room)):
             # remade, it fits no GPU: the estimates it was admitted with stand, judged
@@ -401,14 +402,14 @@ def read_snapshot(
     views: list[PendingJob] = []
     placeable: dict[int, WaitingRow] = {}
     new_estimates: dict[int, MadeEstimates] = {}
-    remade: dict[str, MadeEstimates] = {}
+    answers: dict[str, MadeEstimates] = {}  # `_made`'s, shared by this read's jobs
     unschedulable: dict[int, Unschedulable] = {}
     for job in waiting:
         kept = stored.get(job.id, {})
         try:
             made = (
                 _new_estimates(
-                    estimator, job, kept, models, job.id in attempts, could, room, remade
+                    estimator, job, kept, models, job.id in attempts, could, room, answers
                 )
                 if estimator is not None
                 else None

@@ -198,8 +198,7 @@ class Simulation:
                     gpu_id, node_id, index, spec.model, spec.memory_mib, speeds[spec.model]
                 )
         self.models = {gpu.model: gpu.memory_mib for gpu in self.gpus.values()}
-        self._headroom_mib = settings.scheduler.headroom_mib
-        self.room_mib = room_by_model(self.models.items(), self._headroom_mib)
+        self.room_mib = room_by_model(self.models.items(), settings.scheduler.headroom_mib)
         # one node of each make-up is enough to tell whether a job could ever run
         makeups = {node.gpus: node_id for node_id, node in enumerate(nodes, start=1)}
         self.cluster = [
@@ -294,8 +293,7 @@ class Simulation:
     def _arrive(self, job: SimJob) -> None:
         state = _Job(job, self.policy.demand(job, self.models), pending_since=self.now)
         self.states[job.id] = state
-        if not could_run(self._pending_view(state), self.cluster, self._headroom_mib):
-            # the service refuses such a job at submission
+        if not self._could_run(state):  # the service refuses such a job at submission
             self.rejected.add(job.id)
             return
         self.pending[job.id] = state
@@ -336,6 +334,12 @@ class Simulation:
             jobs=len(gpu.attempts),
         )
 
+    def _could_run(self, state: _Job) -> bool:
+        """Whether some node could ever hold the job as it now asks."""
+        return could_run(
+            self._pending_view(state), self.cluster, self.settings.scheduler.headroom_mib
+        )
+
     def _reestimate(self) -> None:
         """As the service's snapshot reader remakes a waiting job's stale estimates: ask
         the policy again for the demand of waiting jobs that never ran and whose
@@ -348,7 +352,7 @@ class Simulation:
                 continue
             was = state.demand, state.view
             state.demand, state.view = demand, None
-            if not could_run(self._pending_view(state), self.cluster, self._headroom_mib):
+            if not self._could_run(state):
                 state.demand, state.view = was
         self.ran.clear()
 
