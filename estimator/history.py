@@ -10,25 +10,34 @@ plus activations proportional to the batch. The same runs bound its model terms 
 batch sizes beyond those seen (`Estimator`, method `history-ratio`): by how far
 above the analytical terms the runs' own went.
 
+Repeats of one spec read nearly the same peak, but one run may go far above the rest
+(a data-dependent shape, a cuDNN benchmark workspace). Such a surprise bounds the
+spec's next runs, and widens its architecture, only until two of the spec's runs repeat
+a lower figure: what a spec's runs say (`_Votes.level`) is the largest figure another
+of its runs repeated, or the largest where none was. A spec whose runs really reach
+two levels repeats the higher one too, so it is kept.
+
 History is only as good as the runs it learns from, and on a shared cluster a user
 chooses what their job really does. So a peak is learned from only when it is credible
 (`credibility_problem`), and one owner's figures (its peaks, what its OOMs held, how far
 its runs went above the models' estimate) answer for that owner's jobs at once but for
 other owners' only as far as another voter's agree (`_Votes`): of a spec on a GPU model,
-each owner's largest figure counts once, and the vouched-for runs' (no owner, or
-trusted) as one voter whose figures every owner may rely on at once. Other owners see
-the largest figure another voter's lies within HISTORY_MARGIN of (what repeats of one
+each owner's level counts once, and the vouched-for runs' (no owner, or trusted) as
+one voter whose figures every owner may rely on at once. Other owners see the largest
+level another voter's lies within HISTORY_MARGIN of (what repeats of one
 spec differ by), so that one owner's inflated run can raise no one else's reservation
 by more than that, and a fake low one cannot talk another's below what an honest owner
 reached; two owners who disagree leave other owners' jobs as if neither had run. A run
 on one GPU model checks nothing of a figure claimed on another. How far a run went above
 the models' estimate widens the bound of every job of its architecture (any batch size,
 any GPU model) as far as the spec's agreed figure on that GPU model goes; shared, it
-only ever rises, so a user cannot talk another's bound down.
+only ever rises, so a user cannot talk another's bound down (only vouched-for runs, and
+each owner's for its own jobs, can show their own surprise was one).
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
 import hashlib
 import itertools
@@ -68,13 +77,10 @@ BRACKET_SPAN = 4
 # one run's quirk never sets it alone. On the measured timm runs, held out by model,
 # two left fewer runs above that bound than one (bench/estimator_accuracy.py, section 5).
 MIN_RATIO_BATCHES = 2
-_K = TypeVar("_K")
+# How many of a voter's largest figures of a spec on a GPU model are kept: enough for
+# the largest repeated one among them (`_Votes.level`) once a few surprises sit above.
+RUNS_KEPT = 8
 _N = TypeVar("_N", int, float)
-
-
-def _raise(kept: dict[_K, _N], key: _K, value: _N) -> None:
-    """Keep the larger of `kept[key]` and `value`."""
-    kept[key] = max(value, kept.get(key, value))
 
 
 def _largest(*values: _N | None) -> _N | None:
@@ -224,21 +230,44 @@ class _Repeats:
 @dataclass
 class _Votes(Generic[_N]):
     """One figure of a spec on a GPU model (its peak, what its OOMs held, how far its runs
-    went above the models' estimate): each voter's largest, by voter (an owner, or None
-    for the vouched-for runs), and the largest other owners' jobs may rely on (`shared`).
+    went above the models' estimate): each voter's runs (an owner, or None for the
+    vouched-for runs), what each voter's runs say of the spec (`level`), and the largest
+    level other owners' jobs may rely on (`shared`).
 
-    A figure is shared once another voter's lies within HISTORY_MARGIN of it (either
+    A voter's level is the largest of its figures that another of its runs repeated
+    (within HISTORY_MARGIN below it), or its largest where none was repeated: one run's
+    surprise (a data-dependent shape, a cuDNN benchmark workspace) bounds the spec's next
+    runs only until the spec's runs show it was that run's alone, and where a spec's runs
+    really reach two levels, the higher is repeated too.
+
+    A level is shared once another voter's lies within HISTORY_MARGIN of it (either
     side), the largest of such ever, so it only rises. The higher of two that agree: a
     fake figure just below an honest one cannot talk other owners' jobs below what the
     honest owner reached, and one just above raises them by at most HISTORY_MARGIN."""
 
-    largest: dict[str | None, _N] = field(default_factory=dict)
+    runs: dict[str | None, list[_N]] = field(default_factory=dict)  # largest first
     shared: _N | None = None
+
+    def level(self, voter: str | None) -> _N | None:
+        """What `voter`'s runs say of the spec (None: it has none)."""
+        figures = self.runs.get(voter)
+        if not figures:
+            return None
+        repeated = (hi for hi, lo in itertools.pairwise(figures) if hi <= lo * (1 + HISTORY_MARGIN))
+        return next(repeated, figures[0])
+
+    def largest(self, voter: str | None) -> _N | None:
+        """The largest figure of `voter`'s runs (None: it has none)."""
+        figures = self.runs.get(voter)
+        return figures[0] if figures else None
 
     def add(self, voter: str | None, value: _N) -> _N | None:
         """Count a run's figure; returns the shared figure where it rose, else None."""
-        _raise(self.largest, voter, value)
-        ranked = sorted(self.largest.values(), reverse=True)
+        figures = self.runs.setdefault(voter, [])
+        bisect.insort(figures, value, key=lambda figure: -figure)
+        del figures[RUNS_KEPT:]
+        levels = (self.level(each) for each in list(self.runs))
+        ranked = sorted((level for level in levels if level is not None), reverse=True)
         agreed = next(
             (hi for hi, lo in itertools.pairwise(ranked) if hi <= lo * (1 + HISTORY_MARGIN)), None
         )
@@ -248,9 +277,13 @@ class _Votes(Generic[_N]):
         return agreed
 
     def seen_by(self, viewer: str | None) -> _N | None:
-        """The largest figure `viewer`'s jobs may rely on: the viewer's own, the
-        vouched-for runs', and the shared one (None: none of them)."""
-        return _largest(self.largest.get(viewer), self.largest.get(None), self.shared)
+        """The figure `viewer`'s jobs may rely on: the largest of the viewer's own level,
+        the vouched-for runs', and the shared one (None: none of them)."""
+        return _largest(self.level(viewer), self.level(None), self.shared)
+
+    def largest_seen_by(self, viewer: str | None) -> _N | None:
+        """The largest figure of the runs `seen_by` draws on."""
+        return _largest(self.largest(viewer), self.largest(None), self.shared)
 
 
 class ObservationHistory:
@@ -268,11 +301,9 @@ class ObservationHistory:
         self._batches: dict[str, dict[int, dict[str, _Votes[int]]]] = {}
         # the most a run of each fingerprint held when it died of an OOM, by GPU model
         self._ooms: dict[str, dict[str, _Votes[int]]] = {}
-        # how far runs went above their estimate: by (fingerprint, GPU model); the
-        # largest shared one by architecture; each owner's own largest by architecture
-        self._spec_ratios: dict[tuple[str, str], _Votes[float]] = {}
-        self._ratios: dict[str, float] = {}
-        self._own_ratios: dict[tuple[str, str | None], float] = {}
+        # how far runs went above their estimate: by architecture, then (fingerprint,
+        # GPU model)
+        self._ratios: dict[str, dict[tuple[str, str], _Votes[float]]] = {}
         self._repeats = _Repeats()
         # runs taken in (peaks and OOMs) by architecture digest: an estimate of the
         # architecture made before its count moved may be out of date (`runs_of`)
@@ -301,7 +332,7 @@ class ObservationHistory:
         rose = votes.add(voter, peak_mib)
         if rose is not None:
             released.add(rose)
-        self._widen(spec, key, gpu, ratio, owner, voter)
+        self._widen(spec, key, gpu, ratio, voter)
         return [(gpu, mib) for mib in sorted(released)]
 
     def add_oom(
@@ -321,7 +352,7 @@ class ObservationHistory:
         voter = None if trusted else owner
         self._runs[architecture_digest(spec)] += 1
         self._ooms.setdefault(key, {}).setdefault(gpu, _Votes()).add(voter, held_mib)
-        self._widen(spec, key, gpu, ratio, owner, voter)
+        self._widen(spec, key, gpu, ratio, voter)
         before = self._peaks.get(key, {}).get(gpu, _Votes())
         self._repeat(key, gpu, voter, held_mib, before, oom=True)
 
@@ -335,12 +366,13 @@ class ObservationHistory:
         oom: bool = False,
     ) -> None:
         """Note how far a run of spec `key` on `gpu` by `voter` (None: vouched for) went
-        above the largest peak that voter's runs, or vouched-for ones, reached before it
-        there: no peak of an owner but its own sets what a run is judged against. An
-        OOM counts only where it held more than that, at what it held (a floor of what
-        it needed); below, it may have died of a neighbour's memory and says nothing of
-        the spec's spread."""
-        judged = [before.largest[v] for v in {None, voter} if v in before.largest]
+        above the level that voter's runs, or vouched-for ones, showed before it there
+        (`_Votes.level`): no peak of an owner but its own sets what a run is judged
+        against. An OOM counts only where it held more than that, at what it held (a
+        floor of what it needed); below, it may have died of a neighbour's memory and
+        says nothing of the spec's spread."""
+        levels = (before.level(v) for v in {None, voter})
+        judged = [level for level in levels if level is not None]
         if not judged:
             return
         ratio = used_mib / max(1, max(judged))
@@ -388,9 +420,15 @@ class ObservationHistory:
         return margin
 
     def ooms_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
-        """The most a run of `spec` the viewer may rely on held when it died of an OOM,
-        by GPU model."""
-        return self._visible(self._ooms.get(fingerprint(spec), {}))
+        """What runs of `spec` the viewer may rely on held when they died of an OOM
+        (`_Votes.level`), by GPU model, where no run of the spec the viewer sees reached
+        as much there: a run that went beyond it showed what that one needed, and counts
+        as a peak."""
+        key = fingerprint(spec)
+        peaks = self._peaks.get(key, {})
+        held = self._visible(self._ooms.get(key, {}))
+        reached = {gpu: votes.largest_seen_by(self._viewer) for gpu, votes in peaks.items()}
+        return {gpu: mib for gpu, mib in held.items() if mib > (reached.get(gpu) or 0)}
 
     def _widen(
         self,
@@ -398,25 +436,18 @@ class ObservationHistory:
         key: str,
         gpu: str,
         ratio: float,
-        owner: str | None,
         voter: str | None,
     ) -> None:
-        """Note that a run of `owner` (as `voter`) of spec `key` on `gpu` went `ratio`
-        times its estimate: for its owner's jobs of the architecture at once, for every
-        owner's as far as the spec's shared ratio there goes (`_Votes`)."""
-        arch = architecture(spec)
-        _raise(self._own_ratios, (arch, owner), ratio)
-        votes = self._spec_ratios.setdefault((key, gpu), _Votes())
-        votes.add(voter, ratio)
-        shared = votes.seen_by(None)
-        if shared is not None:
-            _raise(self._ratios, arch, shared)
+        """Note that a run of `voter` (None: vouched for) of spec `key` on `gpu` went
+        `ratio` times its estimate (`model_ratio`)."""
+        by_spec = self._ratios.setdefault(architecture(spec), {})
+        by_spec.setdefault((key, gpu), _Votes()).add(voter, ratio)
 
     def model_ratio(self, spec: TrainingSpec) -> float | None:
-        """How far above their estimates runs of this architecture went, at most: those
-        every owner may rely on, and the viewer's own."""
-        arch = architecture(spec)
-        return _largest(self._ratios.get(arch), self._own_ratios.get((arch, self._viewer)))
+        """How far above their estimates runs of this architecture went, at most: of each
+        of its specs on each GPU model, the ratio the viewer may rely on (`_Votes`)."""
+        by_spec = self._ratios.get(architecture(spec), {})
+        return _largest(*(votes.seen_by(self._viewer) for votes in list(by_spec.values())))
 
     def runs_of(self, digest: str) -> int:
         """How many runs (peaks and OOMs) of the architecture `architecture_digest` names
@@ -430,8 +461,9 @@ class ObservationHistory:
         return view
 
     def peaks_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
-        """The largest visible peak of `spec` on each GPU model it ran on, by NVML name
-        (or the name it was observed under, for a model the catalog does not know)."""
+        """The visible peak of `spec` (`_Votes.seen_by`) on each GPU model it ran on, by
+        NVML name (or the name it was observed under, for a model the catalog does not
+        know)."""
         return self._visible(self._peaks.get(fingerprint(spec), {}))
 
     def peaks_by_batch(self, spec: TrainingSpec) -> dict[int, dict[str, int]]:
