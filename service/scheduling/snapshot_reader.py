@@ -128,8 +128,12 @@ def _remade(
     made: dict[str, MadeEstimates],
 ) -> MadeEstimates | None:
     """A waiting job's stale estimates made again on every GPU model (None: they stand).
-    A job was admitted with the estimates it has, so a remake that fails keeps them."""
+    A job was admitted with the estimates it has, so a remake that fails keeps them,
+    judged on the basis it failed on: it is tried again once that moves, not every
+    cycle."""
+    training = None
     try:
+        training = jobs.training_spec(job)
         return _made(estimator, job, sorted({*models, *kept}), made)
     except (OperationalError, InterfaceError):
         raise
@@ -137,7 +141,7 @@ def _remade(
         log.warning(
             "job %d keeps its estimates: they could not be made again", job.id, exc_info=True
         )
-        return None
+    return MadeEstimates({}, estimator.basis(training)) if training is not None else None
 
 
 def _new_estimates(

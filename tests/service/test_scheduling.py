@@ -3,14 +3,18 @@ back-off, explain, and the estimator's closed loop."""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from service.db import transaction
+from service.jobs import submission
 from service.jobs.models import JobEstimate
+from service.scheduling import snapshot_reader
 from tests.conftest import register_node, submit
 from tests.service.test_lifecycle import beat, cycle, exited, exited_after, job_of, running
 
@@ -223,6 +227,37 @@ def test_remade_estimates_no_gpu_could_hold_are_not_taken(client: TestClient) ->
     assert shown["attempts"][0]["reserved_mib"] == plain["upper_mib"]
     with transaction(state.sessions) as session:
         assert session.scalars(stored).all() != before  # judged on the new basis
+
+
+def test_a_remake_that_fails_keeps_the_estimates_and_is_not_tried_every_cycle(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
+    first = submit(client, training=RESNET)
+    (plain,) = first["estimates"]
+    cycle(client)
+    room = 40960 - 256 - plain["upper_mib"]
+    filler = submit(client, memory_mib=room - 1000)
+    cycle(client)
+    cousin = submit(client, training={**RESNET, "batch_size": 128})  # needs more than first
+    (admitted,) = cousin["estimates"]
+    assert admitted["upper_mib"] > plain["upper_mib"] + 1000
+    beat(client, node, [exited_after(client, first["id"], 600, peak=9000), running(filler["id"])])
+
+    def refused(*_args: Any) -> None:
+        raise RuntimeError("the estimator refuses this spec now")
+
+    monkeypatch.setattr(submission, "estimate_for", refused)
+    with caplog.at_level(logging.WARNING, logger=snapshot_reader.log.name):
+        cycle(client)  # its architecture ran: stale, but the remake fails
+        cycle(client)
+    warned = [r for r in caplog.records if "could not be made again" in r.getMessage()]
+    assert len(warned) == 1  # judged on the basis it failed on, not tried every cycle
+    assert job_of(client, cousin["id"])["estimates"] == [admitted]
+    beat(client, node, [exited(filler["id"], peak=room - 1000)])
+    cycle(client)
+    (attempt,) = job_of(client, cousin["id"])["attempts"]
+    assert attempt["reserved_mib"] == admitted["upper_mib"]
 
 
 def test_a_retried_jobs_estimates_stay_those_its_attempt_was_placed_with(
