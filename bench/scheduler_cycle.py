@@ -19,8 +19,13 @@ afterwards): 500 nodes x 8 GPUs (4,000) of the same mix, read as a snapshot, pla
 the plan written, each phase timed, inside a transaction rolled back after each repeat
 (median of five; the first read, which finds no GPU view kept from an earlier one,
 apart). Idle: no job anywhere. Busy: half the GPUs each hold one running job and 1,000
-jobs wait (memory claims of 1 to 30 GiB, 5% gangs). pgbench's single-row INSERT rate,
-measured in the same run (`bench/pg_baseline.py`), is printed beside.
+jobs wait (memory claims of 1 to 30 GiB, 5% gangs). Then busy with training jobs
+waiting instead (20 specs: five torchvision models at four batch sizes, each job with
+the packaged estimator's estimates on the four GPU models stored): first with
+estimates made on the basis in force, then with every one stale (a run of each
+architecture ended since), so that the read makes them again and the write stores
+them; the second's cycle is printed as a ratio of the first's. pgbench's single-row
+INSERT rate, measured in the same run (`bench/pg_baseline.py`), is printed beside.
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from datetime import UTC, datetime
 from pg_baseline import DEFAULT_PG, insert_rate, scratch_database
 from sqlalchemy.orm import Session
 
+from estimator.estimate import Estimator, default_estimator
+from estimator.spec import TrainingSpec
 from service.db import make_engine, make_sessionmaker, transaction, upgrade
-from service.jobs.models import Allocation, Attempt, Job
+from service.jobs.models import Allocation, Attempt, Job, JobEstimate
 from service.nodes.models import Gpu, Node
 from service.scheduler.framework import SchedulerConfig
 from service.scheduler.placement import Scheduler
@@ -53,6 +60,12 @@ MODELS = {
 PENDING = 10_000
 LIVE_NODES = 500  # x 8 GPUs: the 4,000 GPUs of issue 19's live cycle
 LIVE_PENDING = 1_000
+# the waiting training jobs' specs: five torchvision models at four batch sizes
+TRAINING = [
+    {"model": {"catalog": model}, "batch_size": batch}
+    for model in ("resnet50", "vit_b_16", "efficientnet_b0", "convnext_tiny", "mobilenet_v3_large")
+    for batch in (16, 32, 64, 128)
+]
 
 
 def snapshot(nodes: int, seed: int = 0) -> Snapshot:
@@ -119,9 +132,12 @@ def after(snap: Snapshot, plan: Plan) -> Snapshot:
     return replace(snap, gpus=tuple(gpus.values()), pending=pending)
 
 
-def seed_live(session: Session, busy: bool, seed: int = 0) -> None:
+def seed_live(
+    session: Session, busy: bool, seed: int = 0, estimator: Estimator | None = None
+) -> None:
     """LIVE_NODES nodes of 8 GPUs; when `busy`, half the GPUs hold a running job and
-    LIVE_PENDING jobs wait. Rows inserted in bulk, as they would stand in the tables."""
+    LIVE_PENDING jobs wait: with `estimator`, training jobs (`seed_training`), else jobs
+    with memory claims. Rows inserted in bulk, as they would stand in the tables."""
     rng = random.Random(seed)
     now = datetime.now(UTC)
     node_ids = session.scalars(
@@ -172,6 +188,9 @@ def seed_live(session: Session, busy: bool, seed: int = 0) -> None:
             for attempt_id, (gpu_id, _row), mib in zip(attempt_ids, held, mibs, strict=True)
         ],
     )
+    if estimator is not None:
+        seed_training(session, estimator, now, rng)
+        return
     session.execute(
         Job.__table__.insert(),
         [
@@ -182,8 +201,47 @@ def seed_live(session: Session, busy: bool, seed: int = 0) -> None:
     )  # fmt: skip
 
 
+def seed_training(
+    session: Session, estimator: Estimator, now: datetime, rng: random.Random
+) -> None:
+    """LIVE_PENDING waiting training jobs of the TRAINING specs, each with `estimator`'s
+    estimates on every GPU model stored, on the basis `estimator` has now."""
+    specs = [rng.choice(TRAINING) for _ in range(LIVE_PENDING)]
+    job_ids = session.scalars(
+        Job.__table__.insert().returning(Job.__table__.c.id),
+        [
+            {"name": f"t{i}", "owner": "bench", "queue": "default", "priority": 0,
+             "state": "pending", "gpus": 1, "memory_mib": None, "max_attempts": 3,
+             "spec": {"name": f"t{i}", "command": ["true"], "gpus": 1, "training": spec},
+             "cancel_requested": False, "preempt_requested": False,
+             "created_at": now, "updated_at": now}
+            for i, spec in enumerate(specs)
+        ],
+    ).all()  # fmt: skip
+    rows = []
+    for job_id, raw in zip(job_ids, specs, strict=True):
+        spec = TrainingSpec.model_validate(raw)
+        basis = estimator.basis(spec)
+        for model in MODELS:
+            made = estimator.estimate(spec, model)
+            rows.append({"job_id": job_id, "gpu_model": model, "peak_mib": made.peak_mib,
+                         "upper_mib": made.upper_mib, "coverage": made.coverage,
+                         "method": made.method, "model_version": made.model_version,
+                         "breakdown_mib": made.breakdown_mib, "basis": basis})  # fmt: skip
+    session.execute(JobEstimate.__table__.insert(), rows)
+
+
+def _ran_once(estimator: Estimator) -> None:
+    """One run of each TRAINING architecture ended, at its estimate: every waiting
+    training job's stored estimates are stale."""
+    for raw in TRAINING[::4]:
+        spec = TrainingSpec.model_validate(raw)
+        estimator.observe(spec, "NVIDIA A100-SXM4-40GB", estimator.estimate(spec, "A100").peak_mib)
+
+
 def live_cycle(pg: str, repeats: int = 5) -> None:
-    """Snapshot read, place and plan write on 4,000 GPUs in PostgreSQL, idle and busy."""
+    """Snapshot read, place and plan write on 4,000 GPUs in PostgreSQL: idle, busy, and
+    busy with training jobs waiting, their estimates fresh and then stale."""
     with scratch_database(pg, "colloc_bench_pgbench") as scratch:
         inserts_s = insert_rate(scratch, 1, 10)
     print(f"pgbench single-row INSERT, 1 client, 10 s: {inserts_s:.0f}/s\n")
@@ -193,19 +251,30 @@ def live_cycle(pg: str, repeats: int = 5) -> None:
     )
     print("|---|---|---|---|---|---|---|---|")
     scheduler = Scheduler(SchedulerConfig())
-    for busy in (False, True):
+    busy = f"busy: {LIVE_NODES * 4} running, {LIVE_PENDING}"
+    cases = [
+        ("idle", False, False, False),
+        (f"{busy} pending", True, False, False),
+        (f"{busy} training jobs pending, estimates fresh", True, True, False),
+        (f"{busy} training jobs pending, estimates stale", True, True, True),
+    ]
+    cycles_s: dict[bool, float] = {}
+    for label, loaded, training, stale in cases:
+        estimator = Estimator(default_estimator().artifact) if training else None
         with scratch_database(pg, "colloc_bench_cycle") as scratch:
             upgrade(scratch.url)
             engine = make_engine(scratch.url)
             sessions = make_sessionmaker(engine)
             with transaction(sessions) as session:
-                seed_live(session, busy)
+                seed_live(session, loaded, estimator=estimator)
+            if estimator is not None and stale:
+                _ran_once(estimator)
             times: list[tuple[float, float, float]] = []
             placed = 0
             for _ in range(repeats):
                 with sessions() as session, session.begin():
                     started = time.perf_counter()
-                    rows = read_snapshot(session, scheduler.config.headroom_mib)
+                    rows = read_snapshot(session, scheduler.config.headroom_mib, estimator)
                     read = time.perf_counter()
                     plan = scheduler.place(rows.snapshot)
                     placed_at = time.perf_counter()
@@ -217,14 +286,17 @@ def live_cycle(pg: str, repeats: int = 5) -> None:
                 placed = len(plan.placements)
             engine.dispose()
         read_s, place_s, write_s = (statistics.median(t[i] for t in times) for i in range(3))
-        label = f"busy: {LIVE_NODES * 4} running, {LIVE_PENDING} pending" if busy else "idle"
+        cycle_s = read_s + place_s + write_s
+        if estimator is not None:
+            cycles_s[stale] = cycle_s
         print(
             f"| {LIVE_NODES} x 8, {label} | {times[0][0] * 1000:.0f} | {read_s * 1000:.0f} "
             f"| {place_s * 1000:.0f} "
             f"| {write_s * 1000:.0f} | {(read_s + write_s) * 1000:.0f} | {placed} "
-            f"| {(read_s + place_s + write_s) * 1000:.0f} |",
+            f"| {cycle_s * 1000:.0f} |",
             flush=True,
         )
+    print(f"\nstale over fresh estimates, cycle: {cycles_s[True] / cycles_s[False]:.2f}x")
 
 
 def main() -> None:

@@ -27,8 +27,7 @@ def write_plan(session: Session, rows: SnapshotRows, plan: Plan) -> None:
     """Commit `plan`, made from `rows`, inside the caller's transaction (which holds the
     placement lock the snapshot was read under)."""
     _left_out(session, rows.unschedulable)
-    for job_id, made in rows.new_estimates.items():
-        store_estimates(session, job_id, made)
+    store_estimates(session, rows.new_estimates)
     _place(session, rows, plan.placements)
     changed = [
         {"id": job_id, "reason": reason}

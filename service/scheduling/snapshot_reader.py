@@ -27,7 +27,7 @@ from service.jobs import submission as jobs
 from service.jobs.models import Allocation, Attempt, Job, JobEstimate
 from service.jobs.submission import MadeEstimates
 from service.nodes.models import Gpu, Node
-from service.scheduler.admission import could_run
+from service.scheduler.admission import could_run, distinct_nodes
 from service.scheduler.snapshot import (
     GpuView,
     NodeView,
@@ -398,7 +398,7 @@ def read_snapshot(
     attempts = _attempt_counts(session)
     models = sorted({g.model for g in gpus.values()})
     room = room_by_model(((g.model, g.memory_total_mib) for g in gpus.values()), headroom_mib)
-    cluster = [(g.node_id, g.model, g.memory_total_mib) for g in gpus.values()]
+    cluster = distinct_nodes((g.node_id, g.model, g.memory_total_mib) for g in gpus.values())
 
     def could(view: PendingJob) -> bool:
         return could_run(view, cluster, headroom_mib)

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from service.scheduler.admission import could_run
+from service.scheduler.admission import could_run, distinct_nodes
 from service.scheduler.framework import SchedulerConfig
 from service.scheduler.lifecycle import (
     Ending,
@@ -199,13 +199,11 @@ class Simulation:
                 )
         self.models = {gpu.model: gpu.memory_mib for gpu in self.gpus.values()}
         self.room_mib = room_by_model(self.models.items(), settings.scheduler.headroom_mib)
-        # one node of each make-up is enough to tell whether a job could ever run
-        makeups = {node.gpus: node_id for node_id, node in enumerate(nodes, start=1)}
-        self.cluster = [
+        self.cluster = distinct_nodes(
             (node_id, gpu.model, gpu.memory_mib)
-            for gpus, node_id in makeups.items()
-            for gpu in gpus
-        ]
+            for node_id, node in enumerate(nodes, start=1)
+            for gpu in node.gpus
+        )
         self.memory_total_mib = sum(gpu.memory_mib for gpu in self.gpus.values())
         self.views = {gpu.id: self._view(gpu) for gpu in self.gpus.values()}
         self.pending: dict[int, _Job] = {}
