@@ -487,12 +487,14 @@ class Estimator:
         peak_mib: int,
         owner: str | None = None,
         trusted: bool = False,
+        run: object = None,
     ) -> None:
-        """Remember a credible peak a finished job of `owner` really reached, and how far
-        it lay above what the models say of it; refits learn from the peaks every owner
-        may rely on (history.py)."""
+        """Remember a credible peak a finished job of `owner` really reached (on one GPU
+        of `run`, its attempt; None: a run of its own), and how far it lay above what
+        the models say of it; refits learn from the peaks every owner may rely on
+        (history.py)."""
         name, ratio = self._above_models(spec, gpu_model, peak_mib)
-        for gpu, peak in self.history.add(spec, name, peak_mib, ratio, owner, trusted):
+        for gpu, peak in self.history.add(spec, name, peak_mib, ratio, owner, trusted, run):
             self.observations.append(observation(spec, gpu, peak))
 
     def observe_oom(
@@ -502,14 +504,15 @@ class Estimator:
         held_mib: int,
         owner: str | None = None,
         trusted: bool = False,
+        run: object = None,
     ) -> None:
-        """Remember that a run of `owner` died of an OOM holding `held_mib`: it needed
-        more, so the spec needs more than that on that GPU model and its architecture
-        lies at least that far above its estimates (for `owner`'s jobs at once, every
-        owner's once trusted or corroborated: history.py); not a peak, so neither
-        history nor refits take it."""
+        """Remember that a run of `owner` (`run`, as `observe` takes it) died of an OOM
+        holding `held_mib`: it needed more, so the spec needs more than that on that GPU
+        model and its architecture lies at least that far above its estimates (for
+        `owner`'s jobs at once, every owner's once trusted or corroborated: history.py);
+        not a peak, so neither history nor refits take it."""
         name, ratio = self._above_models(spec, gpu_model, held_mib)
-        self.history.add_oom(spec, name, held_mib, ratio, owner, trusted)
+        self.history.add_oom(spec, name, held_mib, ratio, owner, trusted, run)
 
     def _batch_ratio(
         self,
@@ -519,8 +522,8 @@ class Estimator:
         environment: str | None,
     ) -> float | None:
         """The largest ratio of model terms to the analytical ones among the runs of
-        `spec`'s configuration at other batch sizes (`by_batch`: the largest visible peak
-        of each, by GPU model), worked out with the offsets in force now (`environment`
+        `spec`'s configuration at other batch sizes (`by_batch`: the visible peak of each,
+        by GPU model), worked out with the offsets in force now (`environment`
         for runs on `gpu_model`, the estimate's own); None where fewer than
         MIN_RATIO_BATCHES batch sizes give one."""
         ratios = []

@@ -13,9 +13,11 @@ above the analytical terms the runs' own went.
 Repeats of one spec read nearly the same peak, but one run may go far above the rest
 (a data-dependent shape, a cuDNN benchmark workspace). Such a surprise bounds the
 spec's next runs, and widens its architecture, only until two of the spec's runs repeat
-a lower figure: what a spec's runs say (`_Votes.level`) is the largest figure another
-of its runs repeated, or the largest where none was. A spec whose runs really reach
-two levels repeats the higher one too, so it is kept.
+a lower figure, or until it is RUNS_KEPT runs old: what a spec's runs say
+(`_Votes.level`) is the largest figure of its latest runs that another of them
+repeated, or their largest where none was. A spec whose runs really reach two levels
+repeats the higher one too, so it is kept. One attempt is one run, however many GPUs
+report it.
 
 History is only as good as the runs it learns from, and on a shared cluster a user
 chooses what their job really does. So a peak is learned from only when it is credible
@@ -37,7 +39,6 @@ each owner's for its own jobs, can show their own surprise was one).
 
 from __future__ import annotations
 
-import bisect
 import copy
 import hashlib
 import itertools
@@ -77,10 +78,21 @@ BRACKET_SPAN = 4
 # one run's quirk never sets it alone. On the measured timm runs, held out by model,
 # two left fewer runs above that bound than one (bench/estimator_accuracy.py, section 5).
 MIN_RATIO_BATCHES = 2
-# How many of a voter's largest figures of a spec on a GPU model are kept: enough for
-# the largest repeated one among them (`_Votes.level`) once a few surprises sit above.
+# How many of a voter's latest runs of a spec on a GPU model say what the next will do
+# (`_Votes.level`): enough for a level repeated among them with a surprise or two beside
+# it, few enough that a surprise is forgotten after as many runs (at the issue-20 rate
+# of surprises, 1%, two within one window are 1 in 400 windows), and that a spec whose
+# runs changed with the cluster's stack soon goes by what it does now.
 RUNS_KEPT = 8
 _N = TypeVar("_N", int, float)
+
+
+def _level(figures: list[_N]) -> _N | None:
+    """What runs' `figures` (largest first) say the next will reach: the largest that
+    another lies within HISTORY_MARGIN below, or the largest where none does (None:
+    no figures)."""
+    repeated = (hi for hi, lo in itertools.pairwise(figures) if hi <= lo * (1 + HISTORY_MARGIN))
+    return next(repeated, figures[0]) if figures else None
 
 
 def _largest(*values: _N | None) -> _N | None:
@@ -218,9 +230,10 @@ def _repeat_bound(
 @dataclass
 class _Repeats:
     """Of each spec that ran again on a GPU model, the largest ratio of a run's peak to
-    the largest before it, by (fingerprint, GPU model, who ran it: None for runs without
-    owners or trusted); how often they changed; and the margins they gave then, by
-    coverage. One object, shared by every view of a history (`seen_by`)."""
+    the level of those before it (`_Votes.level`), by (fingerprint, GPU model, who ran
+    it: None for runs without owners or trusted); how often they changed; and the
+    margins they gave then, by coverage. One object, shared by every view of a history
+    (`seen_by`)."""
 
     ratios: dict[tuple[str, str, str | None], float] = field(default_factory=dict)
     changed: int = 0
@@ -230,43 +243,51 @@ class _Repeats:
 @dataclass
 class _Votes(Generic[_N]):
     """One figure of a spec on a GPU model (its peak, what its OOMs held, how far its runs
-    went above the models' estimate): each voter's runs (an owner, or None for the
-    vouched-for runs), what each voter's runs say of the spec (`level`), and the largest
-    level other owners' jobs may rely on (`shared`).
+    went above the models' estimate): each voter's latest runs (an owner, or None for the
+    vouched-for runs), what they say of the spec (`level`), and the largest level other
+    owners' jobs may rely on (`shared`).
 
-    A voter's level is the largest of its figures that another of its runs repeated
-    (within HISTORY_MARGIN below it), or its largest where none was repeated: one run's
-    surprise (a data-dependent shape, a cuDNN benchmark workspace) bounds the spec's next
-    runs only until the spec's runs show it was that run's alone, and where a spec's runs
-    really reach two levels, the higher is repeated too.
+    A voter's level is the largest figure of its last RUNS_KEPT runs that another of them
+    repeated (within HISTORY_MARGIN below it), or their largest where none was repeated:
+    one run's surprise (a data-dependent shape, a cuDNN benchmark workspace) bounds the
+    spec's next runs until two runs repeat a lower figure, or until it is RUNS_KEPT runs
+    old; a spec whose runs really reach two levels repeats the higher one too. A run
+    (an attempt) counts once, at its largest figure, however many of its GPUs report it.
 
     A level is shared once another voter's lies within HISTORY_MARGIN of it (either
-    side), the largest of such ever, so it only rises. The higher of two that agree: a
-    fake figure just below an honest one cannot talk other owners' jobs below what the
-    honest owner reached, and one just above raises them by at most HISTORY_MARGIN."""
+    side), the largest of such ever, so it only rises: a surprise two voters happened
+    to agree on stays shared. The higher of two that agree: a fake figure just below an
+    honest one cannot talk other owners' jobs below what the honest owner reached, and
+    one just above raises them by at most HISTORY_MARGIN."""
 
-    runs: dict[str | None, list[_N]] = field(default_factory=dict)  # largest first
+    # each voter's last RUNS_KEPT runs, oldest first: (run, figure); replaced, never
+    # changed in place, so a reader on another thread sees one whole tuple
+    latest: dict[str | None, tuple[tuple[object, _N], ...]] = field(default_factory=dict)
     shared: _N | None = None
+
+    def figures(self, voter: str | None) -> list[_N]:
+        """`voter`'s latest figures, largest first."""
+        return sorted((figure for _run, figure in self.latest.get(voter, ())), reverse=True)
 
     def level(self, voter: str | None) -> _N | None:
         """What `voter`'s runs say of the spec (None: it has none)."""
-        figures = self.runs.get(voter)
-        if not figures:
-            return None
-        repeated = (hi for hi, lo in itertools.pairwise(figures) if hi <= lo * (1 + HISTORY_MARGIN))
-        return next(repeated, figures[0])
+        return _level(self.figures(voter))
 
-    def largest(self, voter: str | None) -> _N | None:
-        """The largest figure of `voter`'s runs (None: it has none)."""
-        figures = self.runs.get(voter)
-        return figures[0] if figures else None
+    def ran(self, voter: str | None, run: object) -> bool:
+        """Whether `run` (None: unnamed, never) is among `voter`'s latest."""
+        return run is not None and any(r == run for r, _f in self.latest.get(voter, ()))
 
-    def add(self, voter: str | None, value: _N) -> _N | None:
-        """Count a run's figure; returns the shared figure where it rose, else None."""
-        figures = self.runs.setdefault(voter, [])
-        bisect.insort(figures, value, key=lambda figure: -figure)
-        del figures[RUNS_KEPT:]
-        levels = (self.level(each) for each in list(self.runs))
+    def add(self, voter: str | None, value: _N, run: object = None) -> _N | None:
+        """Count a run's figure (`run`: the run it is of, another GPU of which may have
+        reported already; None: a run of its own); returns the shared figure where it
+        rose, else None."""
+        kept = list(self.latest.get(voter, ()))
+        if self.ran(voter, run):
+            kept = [(r, value if r == run and value > f else f) for r, f in kept]
+        else:
+            kept.append((run, value))
+        self.latest[voter] = tuple(kept[-RUNS_KEPT:])
+        levels = (self.level(each) for each in list(self.latest))
         ranked = sorted((level for level in levels if level is not None), reverse=True)
         agreed = next(
             (hi for hi, lo in itertools.pairwise(ranked) if hi <= lo * (1 + HISTORY_MARGIN)), None
@@ -281,16 +302,12 @@ class _Votes(Generic[_N]):
         the vouched-for runs', and the shared one (None: none of them)."""
         return _largest(self.level(viewer), self.level(None), self.shared)
 
-    def largest_seen_by(self, viewer: str | None) -> _N | None:
-        """The largest figure of the runs `seen_by` draws on."""
-        return _largest(self.largest(viewer), self.largest(None), self.shared)
-
 
 class ObservationHistory:
     """Observed peaks by spec fingerprint, then GPU model (and the same by configuration
     and batch size); what runs of a spec held when they died of an OOM, likewise; and,
-    by architecture, the largest ratio of an observed peak to the estimate the models
-    made of it.
+    by architecture, then spec and GPU model, how far runs went above the estimate the
+    models made of them.
 
     `seen_by(owner)` is the history as that owner's jobs see it: the shared figures
     plus the owner's own. The history itself (no viewer) shows the shared ones only."""
@@ -318,21 +335,25 @@ class ObservationHistory:
         ratio: float,
         owner: str | None = None,
         trusted: bool = False,
+        run: object = None,
     ) -> list[tuple[str, int]]:
-        """Keep a credible peak; returns the (GPU model, peak) pairs it made every
-        owner's (itself if vouched for, and the spec's shared peak there if it rose)."""
+        """Keep a credible peak (of `run`, one attempt, which may report a peak for each
+        of its GPUs; None: a run of its own); returns the (GPU model, peak) pairs it made
+        every owner's (itself if vouched for, and the spec's shared peak there if it
+        rose)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         voter = None if trusted else owner
         self._runs[architecture_digest(spec)] += 1
         by_gpu = self._peaks.setdefault(key, {})
         self._batches.setdefault(configuration(spec), {})[spec.batch_size] = by_gpu
         votes = by_gpu.setdefault(gpu, _Votes())
-        self._repeat(key, gpu, voter, peak_mib, votes)
+        if not votes.ran(voter, run):
+            self._repeat(key, gpu, voter, peak_mib, votes)
         released = {peak_mib} if voter is None else set()
-        rose = votes.add(voter, peak_mib)
+        rose = votes.add(voter, peak_mib, run)
         if rose is not None:
             released.add(rose)
-        self._widen(spec, key, gpu, ratio, voter)
+        self._widen(spec, key, gpu, ratio, voter, run)
         return [(gpu, mib) for mib in sorted(released)]
 
     def add_oom(
@@ -343,18 +364,22 @@ class ObservationHistory:
         ratio: float,
         owner: str | None = None,
         trusted: bool = False,
+        run: object = None,
     ) -> None:
-        """Note that a run of `spec` by `owner` died of an OOM holding `held_mib` on
-        `gpu_model`, `ratio` times the models' estimate: it needed more there (for its
-        owner's jobs at once, for others' as far as another voter's agree: `_Votes`),
-        and its ratio widens the architecture's bounds as a peak's does (`_widen`)."""
+        """Note that a run (`run`, as `add` takes it) of `spec` by `owner` died of an OOM
+        holding `held_mib` on `gpu_model`, `ratio` times the models' estimate: it needed
+        more there (for its owner's jobs at once, for others' as far as another voter's
+        agree: `_Votes`; `ooms_by_gpu`), and its ratio widens the architecture's bounds
+        as a peak's does (`_widen`)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         voter = None if trusted else owner
         self._runs[architecture_digest(spec)] += 1
-        self._ooms.setdefault(key, {}).setdefault(gpu, _Votes()).add(voter, held_mib)
-        self._widen(spec, key, gpu, ratio, voter)
-        before = self._peaks.get(key, {}).get(gpu, _Votes())
-        self._repeat(key, gpu, voter, held_mib, before, oom=True)
+        ooms = self._ooms.setdefault(key, {}).setdefault(gpu, _Votes())
+        if not ooms.ran(voter, run):
+            before = self._peaks.get(key, {}).get(gpu, _Votes())
+            self._repeat(key, gpu, voter, held_mib, before, oom=True)
+        ooms.add(voter, held_mib, run)
+        self._widen(spec, key, gpu, ratio, voter, run)
 
     def _repeat(
         self,
@@ -384,10 +409,10 @@ class ObservationHistory:
             self._repeats.changed += 1
 
     def repeat_margin(self, content: float) -> float:
-        """How far above the largest peak of a spec on a GPU model to bound its next
-        run there: the least of HISTORY_MARGIN and the spread the cluster's repeats
-        show, an upper tolerance bound (REPEAT_CONFIDENCE) of the ratio of a repeat to
-        the largest peak before it, for a `content` share of repeats.
+        """How far above the level of a spec's peaks on a GPU model (`_Votes.level`) to
+        bound its next run there: the least of HISTORY_MARGIN and the spread the
+        cluster's repeats show, an upper tolerance bound (REPEAT_CONFIDENCE) of the ratio
+        of a repeat to the level before it, for a `content` share of repeats.
 
         The share is of the cluster's repeats, not of each spec's: a spec whose runs
         scatter more than most may go above it more often. Each owner's repeats count
@@ -420,15 +445,24 @@ class ObservationHistory:
         return margin
 
     def ooms_by_gpu(self, spec: TrainingSpec) -> dict[str, int]:
-        """What runs of `spec` the viewer may rely on held when they died of an OOM
-        (`_Votes.level`), by GPU model, where no run of the spec the viewer sees reached
-        as much there: a run that went beyond it showed what that one needed, and counts
-        as a peak."""
+        """What runs of `spec` the viewer may rely on held when they died of an OOM, by
+        GPU model, where that says more than its peaks there: the level of its latest
+        peaks and OOMs together (`_Votes.level`, an OOM at what it held), so that one
+        OOM above runs that repeated a lower peak is one run's surprise, as a peak would
+        be, and OOMs that repeat one another count."""
         key = fingerprint(spec)
         peaks = self._peaks.get(key, {})
-        held = self._visible(self._ooms.get(key, {}))
-        reached = {gpu: votes.largest_seen_by(self._viewer) for gpu, votes in peaks.items()}
-        return {gpu: mib for gpu, mib in held.items() if mib > (reached.get(gpu) or 0)}
+        found = {}
+        for gpu, ooms in list(self._ooms.get(key, {}).items()):
+            ran = peaks.get(gpu, _Votes())
+            levels = (
+                _level(sorted(ooms.figures(v) + ran.figures(v), reverse=True))
+                for v in {self._viewer, None}
+            )
+            held = _largest(*levels, ooms.shared)
+            if held is not None and held > (ran.seen_by(self._viewer) or 0):
+                found[gpu] = held
+        return found
 
     def _widen(
         self,
@@ -437,11 +471,12 @@ class ObservationHistory:
         gpu: str,
         ratio: float,
         voter: str | None,
+        run: object,
     ) -> None:
-        """Note that a run of `voter` (None: vouched for) of spec `key` on `gpu` went
+        """Note that `run` of `voter` (None: vouched for) of spec `key` on `gpu` went
         `ratio` times its estimate (`model_ratio`)."""
         by_spec = self._ratios.setdefault(architecture(spec), {})
-        by_spec.setdefault((key, gpu), _Votes()).add(voter, ratio)
+        by_spec.setdefault((key, gpu), _Votes()).add(voter, ratio, run)
 
     def model_ratio(self, spec: TrainingSpec) -> float | None:
         """How far above their estimates runs of this architecture went, at most: of each

@@ -116,10 +116,9 @@ class EstimatorState:
         if spec is None:
             return
         gpu, peak = observation.gpu_model, observation.peak_mib
-        if attempt.state == "oom":
-            self.current.observe_oom(spec, gpu, peak, owner=job.owner, trusted=observation.trusted)
-        else:
-            self.current.observe(spec, gpu, peak, owner=job.owner, trusted=observation.trusted)
+        # an attempt's GPUs report one run: `run` counts it once, at its largest
+        learn = self.current.observe_oom if attempt.state == "oom" else self.current.observe
+        learn(spec, gpu, peak, job.owner, observation.trusted, attempt.id)
 
     def has_new_observations(self, session: Session) -> bool:
         return len(self.sync(session).observations) > self._refitted_with

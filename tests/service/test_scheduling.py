@@ -19,6 +19,7 @@ from tests.conftest import register_node, submit
 from tests.service.test_lifecycle import beat, cycle, exited, exited_after, job_of, running
 
 RESNET = {"model": {"catalog": "resnet50"}, "batch_size": 32}
+GPUS = ("GPU-n1-0", "GPU-n1-1")  # `register_node`'s, of a node "n1" of two GPUs
 
 
 def test_training_jobs_are_placed_by_their_estimate(client: TestClient) -> None:
@@ -272,6 +273,18 @@ def test_a_retried_jobs_estimates_stay_those_its_attempt_was_placed_with(
     cycle(client)  # its architecture ran (this very job), but its retry goes by its floor
     again = job_of(client, job["id"])
     assert again["reservation_floor_mib"] and again["estimates"] == placed_with
+
+
+def test_a_surprise_on_every_gpu_of_one_run_is_one_runs_surprise(client: TestClient) -> None:
+    node = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)] * 2)
+    pair = {**RESNET, "parallelism": {"dp": 2}}
+    for peaks in ((10_000, 10_100), (10_050, 10_000), (25_000, 24_800)):  # the last: a surprise
+        job = submit(client, training=pair, gpus=2)
+        cycle(client)
+        ended = exited_after(client, job["id"], 600)
+        beat(client, node, [{**ended, "peak_mib_by_gpu": dict(zip(GPUS, peaks, strict=True))}])
+    (estimate,) = submit(client, training=pair, gpus=2)["estimates"]
+    assert estimate["method"] == "history" and estimate["peak_mib"] == 10_100
 
 
 def test_closed_loop_history_refit_and_rollback(client: TestClient) -> None:
