@@ -265,13 +265,15 @@ class _Votes(Generic[_N]):
     latest: dict[str | None, tuple[tuple[object, _N], ...]] = field(default_factory=dict)
     shared: _N | None = None
 
-    def figures(self, voter: str | None) -> list[_N]:
-        """`voter`'s latest figures, largest first."""
-        return sorted((figure for _run, figure in self.latest.get(voter, ())), reverse=True)
+    def figures(self, voter: str | None, without: object = None) -> list[_N]:
+        """`voter`'s latest figures, largest first (but run `without`'s, if named)."""
+        kept = self.latest.get(voter, ())
+        return sorted((f for r, f in kept if without is None or r != without), reverse=True)
 
-    def level(self, voter: str | None) -> _N | None:
-        """What `voter`'s runs say of the spec (None: it has none)."""
-        return _level(self.figures(voter))
+    def level(self, voter: str | None, without: object = None) -> _N | None:
+        """What `voter`'s runs (but run `without`, if named) say of the spec (None:
+        none)."""
+        return _level(self.figures(voter, without))
 
     def ran(self, voter: str | None, run: object) -> bool:
         """Whether `run` (None: unnamed, never) is among `voter`'s latest."""
@@ -347,8 +349,7 @@ class ObservationHistory:
         by_gpu = self._peaks.setdefault(key, {})
         self._batches.setdefault(configuration(spec), {})[spec.batch_size] = by_gpu
         votes = by_gpu.setdefault(gpu, _Votes())
-        if not votes.ran(voter, run):
-            self._repeat(key, gpu, voter, peak_mib, votes)
+        self._repeat(key, gpu, voter, peak_mib, votes, run)
         released = {peak_mib} if voter is None else set()
         rose = votes.add(voter, peak_mib, run)
         if rose is not None:
@@ -375,9 +376,8 @@ class ObservationHistory:
         voter = None if trusted else owner
         self._runs[architecture_digest(spec)] += 1
         ooms = self._ooms.setdefault(key, {}).setdefault(gpu, _Votes())
-        if not ooms.ran(voter, run):
-            before = self._peaks.get(key, {}).get(gpu, _Votes())
-            self._repeat(key, gpu, voter, held_mib, before, oom=True)
+        before = self._peaks.get(key, {}).get(gpu, _Votes())
+        self._repeat(key, gpu, voter, held_mib, before, run, oom=True)
         ooms.add(voter, held_mib, run)
         self._widen(spec, key, gpu, ratio, voter, run)
 
@@ -388,15 +388,17 @@ class ObservationHistory:
         voter: str | None,
         used_mib: int,
         before: _Votes[int],
+        run: object,
         oom: bool = False,
     ) -> None:
-        """Note how far a run of spec `key` on `gpu` by `voter` (None: vouched for) went
-        above the level that voter's runs, or vouched-for ones, showed before it there
+        """Note how far `run` of spec `key` on `gpu` by `voter` (None: vouched for) went
+        above the level that voter's other runs, or vouched-for ones, showed there
         (`_Votes.level`): no peak of an owner but its own sets what a run is judged
-        against. An OOM counts only where it held more than that, at what it held (a
-        floor of what it needed); below, it may have died of a neighbour's memory and
-        says nothing of the spec's spread."""
-        levels = (before.level(v) for v in {None, voter})
+        against. A run's GPUs are judged each, and the largest ratio is kept, so a run
+        counts at its largest figure. An OOM counts only where it held more than that
+        level, at what it held (a floor of what it needed); below, it may have died of a
+        neighbour's memory and says nothing of the spec's spread."""
+        levels = (before.level(v, without=run) for v in {None, voter})
         judged = [level for level in levels if level is not None]
         if not judged:
             return

@@ -150,7 +150,10 @@ def store_estimates(session: Session, made: Mapping[int, MadeEstimates]) -> None
 
     Three statements for all the jobs, each run for many rows at once: one run that
     ends can make a whole queue's estimates stale, and 1,000 jobs stored one by one
-    took most of a cycle (`bench/scheduler_cycle.py --live`)."""
+    took most of a cycle (`bench/scheduler_cycle.py --live`). They run on the session's
+    connection, after its pending changes, and leave its ORM objects as they were: a
+    caller holds no `JobEstimate` of these jobs."""
+    session.flush()
     replaced = [{"j": job_id, "m": model} for job_id, new in made.items() for model in new.by_model]
     if replaced:
         session.connection().execute(_ESTIMATE_REPLACED, replaced)

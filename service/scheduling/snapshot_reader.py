@@ -105,19 +105,44 @@ def _estimated(job: Any) -> bool:
     return job.memory_mib is None and bool(job.spec.get("training"))
 
 
-def _made(
-    estimator: Estimator, job: Any, wanted: list[str], made: dict[str, MadeEstimates]
-) -> MadeEstimates:
-    """The job's estimates on the `wanted` GPU models. `made` holds this read's answers
-    by spec, owner and GPU models: a queue holds many jobs of one spec, made stale by
-    one run."""
-    key = json.dumps([job.spec["training"], job.owner, wanted], sort_keys=True)
+@dataclass(frozen=True)
+class _Failed:
+    """Why a spec's estimates could not be made, and the basis they were tried on."""
+
+    error: Exception
+    basis: str
+
+
+# A read's answers by spec, owner and GPU models (`_answer_key`): a queue holds many
+# jobs of one spec, made stale by one run, and each is made (or fails) once.
+_Answers = dict[str, MadeEstimates | _Failed]
+
+
+def _answer_key(job: Any, wanted: list[str]) -> str:
+    return json.dumps([job.spec["training"], job.owner, wanted], sort_keys=True)
+
+
+def _made(estimator: Estimator, job: Any, wanted: list[str], made: _Answers) -> MadeEstimates:
+    """The job's estimates on the `wanted` GPU models, from this read's `made` where
+    they were made (or failed: raises as they did). The basis is read first: a run
+    the estimator takes in meanwhile leaves them stale, to be made again."""
+    key = _answer_key(job, wanted)
     if key not in made:
         training = jobs.training_spec(job)
         assert training is not None
-        estimates = jobs.estimate_for(estimator, training, wanted, job.owner)
-        made[key] = MadeEstimates(estimates, estimator.basis(training))
-    return made[key]
+        basis = estimator.basis(training)
+        try:
+            made[key] = MadeEstimates(
+                jobs.estimate_for(estimator, training, wanted, job.owner), basis
+            )
+        except (OperationalError, InterfaceError):
+            raise
+        except Exception as exc:
+            made[key] = _Failed(exc, basis)
+    answer = made[key]
+    if isinstance(answer, _Failed):
+        raise answer.error
+    return answer
 
 
 def _remade(
@@ -125,23 +150,29 @@ def _remade(
     job: Any,
     kept: Mapping[str, _Stored],
     models: list[str],
-    made: dict[str, MadeEstimates],
+    made: _Answers,
 ) -> MadeEstimates | None:
     """A waiting job's stale estimates made again on every GPU model (None: they stand).
     A job was admitted with the estimates it has, so a remake that fails keeps them,
     judged on the basis it failed on: it is tried again once that moves, not every
-    cycle."""
-    training = None
+    cycle (and logged once a read for the jobs of one spec)."""
+    wanted = sorted({*models, *kept})
+    key = _answer_key(job, wanted)
+    tried = key in made
     try:
-        training = jobs.training_spec(job)
-        return _made(estimator, job, sorted({*models, *kept}), made)
+        return _made(estimator, job, wanted, made)
     except (OperationalError, InterfaceError):
         raise
     except Exception:
-        log.warning(
-            "job %d keeps its estimates: they could not be made again", job.id, exc_info=True
-        )
-    return MadeEstimates({}, estimator.basis(training)) if training is not None else None
+        if not tried:
+            log.warning(
+                "job %d, and any waiting job of its spec, keeps its estimates: they could "
+                "not be made again",
+                job.id,
+                exc_info=True,
+            )
+    failed = made.get(key)
+    return MadeEstimates({}, failed.basis) if isinstance(failed, _Failed) else None
 
 
 def _new_estimates(
@@ -152,7 +183,7 @@ def _new_estimates(
     ran_before: bool,
     could: Callable[[PendingJob], bool],
     room: dict[str, int],
-    made: dict[str, MadeEstimates],
+    made: _Answers,
 ) -> MadeEstimates | None:
     """A training job's estimates on GPU models it has none for, and on all of them once
     those it has are stale (runs of its architecture ended since they were made, or
@@ -406,7 +437,7 @@ def read_snapshot(
     views: list[PendingJob] = []
     placeable: dict[int, WaitingRow] = {}
     new_estimates: dict[int, MadeEstimates] = {}
-    answers: dict[str, MadeEstimates] = {}  # `_made`'s, shared by this read's jobs
+    answers: _Answers = {}  # `_made`'s, shared by this read's jobs
     unschedulable: dict[int, Unschedulable] = {}
     for job in waiting:
         kept = stored.get(job.id, {})

@@ -155,3 +155,14 @@ def test_a_trusted_run_is_judged_against_vouched_for_peaks_only() -> None:
         history.add(_spec(batch), GPU, 20_000, 1.0, "mallory")
         history.add(_spec(batch), GPU, 10_000, 1.0, "mallory", trusted=True)
     assert history.repeat_margin(0.95) == pytest.approx(0.08, abs=1e-4)
+
+
+@pytest.mark.parametrize("order", [(10_000, 10_300), (10_300, 10_000)])
+def test_a_run_on_several_gpus_is_judged_at_its_largest_whichever_gpu_reports_first(
+    order: tuple[int, int],
+) -> None:
+    history = _settled()  # 59 specs that read their peak again: a margin of 0
+    history.add(_spec(1), GPU, 10_000, 1.0, run="before")  # a third run of spec 1
+    for peak in order:  # one run on two GPUs
+        history.add(_spec(1), GPU, peak, 1.0, run="pair")
+    assert history.repeat_margin(0.95) == pytest.approx(0.03)  # 10,300 over 10,000

@@ -8,7 +8,8 @@ import pytest
 
 from service.scheduler.admission import can_ever_fit, distinct_nodes
 
-MODELS = {"Tesla T4": 15360, "NVIDIA A100-SXM4-40GB": 40960, "NVIDIA H100 80GB HBM3": 81559}
+# GPU models, each with the memory sizes it comes in
+MODELS = {"Tesla T4": [15360], "NVIDIA A100": [40960, 81920], "NVIDIA H100 80GB HBM3": [81559]}
 
 
 def test_one_node_of_each_makeup_is_kept() -> None:
@@ -29,7 +30,8 @@ def test_the_kept_nodes_answer_as_the_whole_cluster(seed: int) -> None:
     for node in range(rng.randint(1, 40)):
         gpus = rng.choice([1, 2, 4, 8])
         models = rng.sample(sorted(MODELS), rng.randint(1, 2))
-        cluster += [(node, m, MODELS[m]) for m in (rng.choice(models) for _ in range(gpus))]
+        sizes = {m: rng.choice(MODELS[m]) for m in models}  # one node: one size of a model
+        cluster += [(node, m, sizes[m]) for m in (rng.choice(models) for _ in range(gpus))]
     kept = distinct_nodes(cluster)
     for _ in range(50):
         need = {m: rng.randint(1000, 90_000) for m in MODELS}

@@ -11,9 +11,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from estimator.estimate import default_estimator
+from estimator.spec import TrainingSpec
 from service.db import transaction
 from service.jobs import submission
 from service.jobs.models import JobEstimate
+from service.jobs.submission import MadeEstimates, store_estimates
 from service.scheduling import snapshot_reader
 from tests.conftest import register_node, submit
 from tests.service.test_lifecycle import beat, cycle, exited, exited_after, job_of, running
@@ -241,6 +244,7 @@ def test_a_remake_that_fails_keeps_the_estimates_and_is_not_tried_every_cycle(
     filler = submit(client, memory_mib=room - 1000)
     cycle(client)
     cousin = submit(client, training={**RESNET, "batch_size": 128})  # needs more than first
+    twin = submit(client, training={**RESNET, "batch_size": 128})
     (admitted,) = cousin["estimates"]
     assert admitted["upper_mib"] > plain["upper_mib"] + 1000
     beat(client, node, [exited_after(client, first["id"], 600, peak=9000), running(filler["id"])])
@@ -253,12 +257,40 @@ def test_a_remake_that_fails_keeps_the_estimates_and_is_not_tried_every_cycle(
         cycle(client)  # its architecture ran: stale, but the remake fails
         cycle(client)
     warned = [r for r in caplog.records if "could not be made again" in r.getMessage()]
-    assert len(warned) == 1  # judged on the basis it failed on, not tried every cycle
+    # once for the two jobs of one spec, and judged on the basis it failed on: not
+    # tried every cycle
+    assert len(warned) == 1
     assert job_of(client, cousin["id"])["estimates"] == [admitted]
+    assert job_of(client, twin["id"])["estimates"] == [admitted]
     beat(client, node, [exited(filler["id"], peak=room - 1000)])
     cycle(client)
     (attempt,) = job_of(client, cousin["id"])["attempts"]
     assert attempt["reserved_mib"] == admitted["upper_mib"]
+
+
+def test_estimates_of_several_jobs_are_stored_at_once_each_on_its_own_basis(
+    client: TestClient,
+) -> None:
+    register_node(client, "n1", [("Tesla T4", 15360), ("NVIDIA A100-SXM4-40GB", 40960)])
+    one, two, three = (submit(client, training=RESNET)["id"] for _ in range(3))
+    bigger = TrainingSpec.model_validate({**RESNET, "batch_size": 64})
+    new = default_estimator().estimate(bigger, "Tesla T4")
+    rows = select(JobEstimate.job_id, JobEstimate.gpu_model, JobEstimate.upper_mib)
+    rows = rows.add_columns(JobEstimate.basis).order_by(JobEstimate.job_id, JobEstimate.gpu_model)
+    state = client.app.state  # type: ignore[attr-defined]
+    with transaction(state.sessions) as session:
+        before = {(j, m): (upper, basis) for j, m, upper, basis in session.execute(rows)}
+        made = {one: MadeEstimates({"Tesla T4": new}, "b1"), two: MadeEstimates({}, "b2")}
+        store_estimates(session, made)
+    with transaction(state.sessions) as session:
+        after = {(j, m): (upper, basis) for j, m, upper, basis in session.execute(rows)}
+    a100 = "NVIDIA A100-SXM4-40GB"
+    assert after[(one, "Tesla T4")] == (new.upper_mib, "b1")  # replaced
+    assert after[(one, a100)] == (before[(one, a100)][0], "b1")  # stands, judged anew
+    for model in ("Tesla T4", a100):
+        assert after[(two, model)] == (before[(two, model)][0], "b2")
+        assert after[(three, model)] == before[(three, model)]  # not among them
+    assert len(after) == len(before)
 
 
 def test_a_retried_jobs_estimates_stay_those_its_attempt_was_placed_with(
