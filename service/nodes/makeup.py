@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 
 from service.events.models import Event
 from service.nodes.models import Gpu
+from service.scheduler.admission import distinct_nodes
 
 REGISTERED = "node.registered"  # the event service.nodes.service.register records
 
@@ -33,13 +34,7 @@ def _read(session: Session) -> list[tuple[int, str, int]]:
     rows = session.execute(
         select(Gpu.node_id, Gpu.model, Gpu.memory_total_mib).order_by(Gpu.node_id, Gpu.id)
     )
-    nodes: dict[int, list[tuple[str, int]]] = {}
-    for node_id, model, total in rows:
-        nodes.setdefault(node_id, []).append((model, total))
-    first: dict[tuple[tuple[str, int], ...], int] = {}
-    for node_id, gpus in nodes.items():
-        first.setdefault(tuple(sorted(gpus)), node_id)
-    return [(node_id, model, total) for gpus, node_id in first.items() for model, total in gpus]
+    return distinct_nodes((node_id, model, total) for node_id, model, total in rows)
 
 
 def cluster_gpus(session: Session) -> list[tuple[int, str, int]]:
