@@ -80,9 +80,10 @@ BRACKET_SPAN = 4
 MIN_RATIO_BATCHES = 2
 # How many of a voter's latest runs of a spec on a GPU model say what the next will do
 # (`_Votes.level`): enough for a level repeated among them with a surprise or two beside
-# it, few enough that a surprise is forgotten after as many runs (at the issue-20 rate
-# of surprises, 1%, two within one window are 1 in 400 windows), and that a spec whose
-# runs changed with the cluster's stack soon goes by what it does now.
+# it, few enough that a surprise is forgotten after as many runs (at the rate of
+# surprises issue 20 simulates, 1% of runs, two fall within one window of eight in about
+# 1 of 370 windows), and that a spec whose runs changed with the cluster's stack soon
+# goes by what it does now.
 RUNS_KEPT = 8
 _N = TypeVar("_N", int, float)
 
