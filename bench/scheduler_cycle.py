@@ -43,7 +43,8 @@ from sqlalchemy.orm import Session
 from estimator.estimate import Estimator, default_estimator
 from estimator.spec import TrainingSpec
 from service.db import make_engine, make_sessionmaker, transaction, upgrade
-from service.jobs.models import Allocation, Attempt, Job, JobEstimate
+from service.jobs.models import Allocation, Attempt, Job
+from service.jobs.submission import MadeEstimates, store_estimates
 from service.nodes.models import Gpu, Node
 from service.scheduler.framework import SchedulerConfig
 from service.scheduler.placement import Scheduler
@@ -218,17 +219,12 @@ def seed_training(
             for i, spec in enumerate(specs)
         ],
     ).all()  # fmt: skip
-    rows = []
+    made = {}
     for job_id, raw in zip(job_ids, specs, strict=True):
         spec = TrainingSpec.model_validate(raw)
-        basis = estimator.basis(spec)
-        for model in MODELS:
-            made = estimator.estimate(spec, model)
-            rows.append({"job_id": job_id, "gpu_model": model, "peak_mib": made.peak_mib,
-                         "upper_mib": made.upper_mib, "coverage": made.coverage,
-                         "method": made.method, "model_version": made.model_version,
-                         "breakdown_mib": made.breakdown_mib, "basis": basis})  # fmt: skip
-    session.execute(JobEstimate.__table__.insert(), rows)
+        estimates = {model: estimator.estimate(spec, model) for model in MODELS}
+        made[job_id] = MadeEstimates(estimates, estimator.basis(spec))
+    store_estimates(session, made)
 
 
 def _ran_once(estimator: Estimator) -> None:
