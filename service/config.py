@@ -91,7 +91,10 @@ class Settings(BaseSettings):
     # OOM recovery: the next attempt reserves this factor times what the failed one
     # needed (never more than the largest eligible GPU gives; on its last try it gets
     # that GPU whole: `scheduler/lifecycle.py`),
-    # after a back-off of oom_backoff_s * 2^(failures - 1)
+    # after a back-off of oom_backoff_s * 2^(failures - 1). 1.2 is the step Kubernetes'
+    # vertical pod autoscaler takes after an OOM (its recommender's oom-bump-up-ratio
+    # default); a job whose peak jumped further dies once more before its last try
+    # (bench/RESULTS.md, issue 20's fourteenth round, tried 2.0)
     oom_reservation_factor: float = Field(default=1.2, ge=1.0, le=4.0)
     oom_backoff_s: float = Field(default=10.0, ge=0, le=3600)
     # placement pipeline (plugin names from service/scheduler/plugins.py's BUILT_IN)
