@@ -237,27 +237,30 @@ class Estimator:
 
     def basis(self, spec: TrainingSpec) -> str:
         """What an estimate of `spec` made now rests on: the calibration, and the runs of
-        its architecture the history took in (every figure the history gives an estimate
-        is the architecture's). An estimate kept with it is remade once `stale` says so.
-        The offsets and the repeat margin are left out: they move with every finished
-        job of the cluster, by a little, and remaking every waiting job's estimate at
-        each would cost the scheduler what it saves; its own architecture's runs are
-        what can show a job needs far more than its estimate."""
+        its architecture the history took in and how many of them were vouched for
+        (every figure the history gives an estimate is the architecture's). An estimate
+        kept with it is remade once `stale` says so. The offsets and the repeat margin
+        are left out: they move with every finished job of the cluster, by a little, and
+        remaking every waiting job's estimate at each would cost the scheduler what it
+        saves; its own architecture's runs are what can show a job needs far more than
+        its estimate."""
         digest = architecture_digest(spec)
-        return f"{self.calibration_version}|{digest}|{self.history.runs_of(digest)}"
+        runs, vouched = self.history.runs_of(digest)
+        return f"{self.calibration_version}|{digest}|{runs}|{vouched}"
 
     def stale(self, basis: str | None) -> bool:
         """Whether an estimate made on `basis` (None: not recorded) may differ from one
         made now, as far as `basis` tells: another calibration, or more runs of its
-        architecture than it knew. Fewer is not stale: a server that has not taken in
-        every run another one did (a replica, one restarted) does not undo its work."""
-        version, _, rest = (basis or "").partition("|")
-        digest, _, runs = rest.partition("|")
-        return (
-            version != self.calibration_version
-            or not runs.isdigit()
-            or int(runs) < self.history.runs_of(digest)
-        )
+        architecture than it knew, or more of them vouched for. Fewer is not stale: a
+        server that has not taken in every run another one did (a replica, one
+        restarted) does not undo its work."""
+        parts = (basis or "").split("|")  # version|digest|runs|vouched
+        if len(parts) != 4 or parts[0] != self.calibration_version:
+            return True
+        if not (parts[2].isdigit() and parts[3].isdigit()):
+            return True
+        runs, vouched = self.history.runs_of(parts[1])
+        return int(parts[2]) < runs or int(parts[3]) < vouched
 
     def with_artifact(self, artifact: Artifact | None) -> Estimator:
         """This estimator with another calibration; what it observed and learned of

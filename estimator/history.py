@@ -325,9 +325,11 @@ class ObservationHistory:
         # GPU model)
         self._ratios: dict[str, dict[tuple[str, str], _Votes[float]]] = {}
         self._repeats = _Repeats()
-        # runs taken in (peaks and OOMs) by architecture digest: an estimate of the
-        # architecture made before its count moved may be out of date (`runs_of`)
+        # runs taken in (peaks and OOMs) by architecture digest, and of them the
+        # vouched-for ones: an estimate of the architecture made before either count
+        # moved may be out of date (`runs_of`)
         self._runs: Counter[str] = Counter()
+        self._vouched: Counter[str] = Counter()
         self._viewer: str | None = None
 
     def add(
@@ -346,7 +348,7 @@ class ObservationHistory:
         rose)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         voter = None if trusted else owner
-        self._runs[architecture_digest(spec)] += 1
+        self._count(spec, voter)
         by_gpu = self._peaks.setdefault(key, {})
         self._batches.setdefault(configuration(spec), {})[spec.batch_size] = by_gpu
         votes = by_gpu.setdefault(gpu, _Votes())
@@ -375,7 +377,7 @@ class ObservationHistory:
         as a peak's does (`_widen`)."""
         key, gpu = fingerprint(spec), _gpu_key(gpu_model)
         voter = None if trusted else owner
-        self._runs[architecture_digest(spec)] += 1
+        self._count(spec, voter)
         ooms = self._ooms.setdefault(key, {}).setdefault(gpu, _Votes())
         before = self._peaks.get(key, {}).get(gpu, _Votes())
         self._repeat(key, gpu, voter, held_mib, before, run, oom=True)
@@ -487,10 +489,17 @@ class ObservationHistory:
         by_spec = self._ratios.get(architecture(spec), {})
         return _largest(*(votes.seen_by(self._viewer) for votes in list(by_spec.values())))
 
-    def runs_of(self, digest: str) -> int:
+    def _count(self, spec: TrainingSpec, voter: str | None) -> None:
+        digest = architecture_digest(spec)
+        self._runs[digest] += 1
+        self._vouched[digest] += voter is None
+
+    def runs_of(self, digest: str) -> tuple[int, int]:
         """How many runs (peaks and OOMs) of the architecture `architecture_digest` names
-        this history took in: whatever it learns of an architecture moves this count."""
-        return self._runs[digest]
+        this history took in, and how many of them were vouched for: whatever it learns
+        of an architecture moves one of the two. (An admin's trust turns an owner's runs
+        into vouched-for ones: the history is rebuilt with as many runs, more vouched.)"""
+        return self._runs[digest], self._vouched[digest]
 
     def seen_by(self, owner: str | None) -> ObservationHistory:
         """This history as `owner`'s jobs see it (the same records, not a copy)."""

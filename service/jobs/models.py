@@ -150,7 +150,8 @@ class Observation(Base):
 class JobEstimate(Base):
     """The estimator's answer for a job on one GPU model, kept; the scheduler makes it
     again while the job waits if the `basis` it was made on is out of date (runs of its
-    architecture ended since, or another calibration is active: `Estimator.stale`)."""
+    architecture ended or were vouched for since, or another calibration is active:
+    `Estimator.stale`)."""
 
     __tablename__ = "job_estimates"
     __table_args__ = (

@@ -151,8 +151,21 @@ def test_an_estimate_is_stale_once_its_architecture_ran_or_the_calibration_chang
         other
     )
     assert estimator.with_artifact(None).stale(estimator.basis(other))
-    version, digest, runs = estimator.basis(other).split("|")
-    assert not estimator.stale(f"{version}|{digest}|{int(runs) + 1}")  # one that knew more
+    version, digest, runs, vouched = estimator.basis(other).split("|")
+    assert not estimator.stale(f"{version}|{digest}|{int(runs) + 1}|{vouched}")  # knew more
+    assert estimator.stale(f"{version}|{digest}|{runs}")  # a basis of before it counted both
+
+
+def test_an_estimate_is_stale_once_runs_it_knew_were_vouched_for() -> None:
+    """An admin's trust rebuilds the history with as many runs, more of them vouched for:
+    what every owner may rely on changed."""
+    owned = ObservationHistory()
+    estimator = Estimator(default_estimator().artifact, owned)
+    estimator.observe(RESNET, "A100-40GB", 9000, owner="ann")
+    basis = estimator.basis(RESNET)
+    rebuilt = replace(estimator, history=ObservationHistory())
+    rebuilt.observe(RESNET, "A100-40GB", 9000, owner="ann", trusted=True)
+    assert rebuilt.stale(basis) and not estimator.stale(basis)
 
 
 def _seen_by(estimator: Estimator, owner: str) -> Estimator:

@@ -123,6 +123,23 @@ def test_one_owners_peaks_answer_for_others_only_once_an_admin_trusts_them(
     assert client.get("/v1/admin/estimator").json()["observed_peaks"] == 1
 
 
+def test_a_waiting_jobs_estimates_are_made_again_once_an_admin_trusts_a_run(
+    client: TestClient, users: dict[str, dict[str, str]]
+) -> None:
+    node = register_node(client, "n1", [(T4, 15360)])
+    low = finished_run(client, node, users["alice"], peak=100)
+    submit_as(client, users["carol"], memory_mib=15360 - 256 - 50)  # fills the GPU
+    cycle(client)
+    waiting = submit_as(client, users["bob"], training=GOOD_TRAINING)
+    assert estimate_of(waiting)["method"] != "history"  # alice's run is hers alone
+    cycle(client)
+    assert client.post(f"/v1/jobs/{low['id']}/trust").status_code == 200
+    cycle(client)  # the history is rebuilt with alice's run vouched for
+    now = job_of(client, waiting["id"])
+    assert now["state"] == "pending"
+    assert estimate_of(now)["method"] == "history" and estimate_of(now)["peak_mib"] == 100
+
+
 def test_another_owners_run_corroborates_a_spec() -> None:
     spec = TrainingSpec.model_validate(GOOD_TRAINING)
     history = ObservationHistory()
