@@ -153,21 +153,23 @@ def store_estimates(session: Session, made: Mapping[int, MadeEstimates]) -> None
     took most of a cycle (`bench/scheduler_cycle.py --live`). They run on the session's
     connection, after its pending changes, and leave its ORM objects as they were: a
     caller holds no `JobEstimate` of these jobs."""
+    if not made:
+        return
     session.flush()
+    connection = session.connection()
     replaced = [{"j": job_id, "m": model} for job_id, new in made.items() for model in new.by_model]
     if replaced:
-        session.connection().execute(_ESTIMATE_REPLACED, replaced)
-    if made:
-        session.connection().execute(
-            _ESTIMATES_REBASED, [{"j": job_id, "b": new.basis} for job_id, new in made.items()]
-        )
+        connection.execute(_ESTIMATE_REPLACED, replaced)
+    connection.execute(
+        _ESTIMATES_REBASED, [{"j": job_id, "b": new.basis} for job_id, new in made.items()]
+    )
     rows = [
         {"job_id": job_id, **_estimate_values(model, estimate, new.basis)}
         for job_id, new in made.items()
         for model, estimate in new.by_model.items()
     ]
     if rows:
-        session.connection().execute(insert(JobEstimate), rows)
+        connection.execute(insert(JobEstimate), rows)
 
 
 def create(

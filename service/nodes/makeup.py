@@ -34,7 +34,7 @@ def _read(session: Session) -> list[tuple[int, str, int]]:
     rows = session.execute(
         select(Gpu.node_id, Gpu.model, Gpu.memory_total_mib).order_by(Gpu.node_id, Gpu.id)
     )
-    return distinct_nodes((node_id, model, total) for node_id, model, total in rows)
+    return distinct_nodes(rows.tuples())
 
 
 def cluster_gpus(session: Session) -> list[tuple[int, str, int]]:
