@@ -19,11 +19,15 @@ from service.jobs import observations
 from service.jobs.models import Allocation, Attempt, Job
 from service.nodes.makeup import cluster_gpus
 from service.scheduler.lifecycle import (
+    RETRY_RATIOS_KEPT,
+    AttemptEnd,
     Ending,
     GpuHeld,
     JobHistory,
     ended_as,
     followed_reservation,
+    oom_needed_mib,
+    retry_ratio,
     settle,
 )
 from service.scheduler.states import (
@@ -345,9 +349,12 @@ def end_attempt(
         message=message,
         data={"attempt": attempt.number, "exit_code": exit_code, "peak_mib": attempt.peak_mib},
     )
+    ending = Ending(outcome, reason, attempt.reserved_mib, attempt.peak_mib or 0, held)
+    if outcome == AttemptState.OOM:
+        attempt.needed_mib = oom_needed_mib(ending)
     decision = settle(
         settings.reservation_rules(),
-        ending=Ending(outcome, reason, attempt.reserved_mib, attempt.peak_mib or 0, held),
+        ending=ending,
         job=JobHistory(
             gpus=job.gpus,
             gpu_models=job.spec.get("gpu_models"),
@@ -357,6 +364,7 @@ def end_attempt(
         ),
         cluster=cluster_gpus(session),
         headroom_mib=settings.memory_headroom_mib,
+        retry_ratios=_retry_ratios(session) if outcome == AttemptState.OOM else (),
     )
     job.reservation_floor_mib = decision.floor_mib
     if decision.backoff_s is not None:
@@ -367,6 +375,28 @@ def end_attempt(
     job.state = decision.job_state
     job.finished_at = now
     job.reason = decision.reason
+
+
+def _retry_ratios(session: Session) -> list[float]:
+    """The `retry_ratio`s of the RETRY_RATIOS_KEPT jobs that first died of an OOM most
+    recently (those whose later attempts showed one)."""
+    oomed = (
+        select(Attempt.job_id)
+        .where(Attempt.needed_mib.is_not(None))
+        .group_by(Attempt.job_id)
+        .order_by(func.min(Attempt.id).desc())
+        .limit(RETRY_RATIOS_KEPT)
+    )
+    rows = session.execute(
+        select(Attempt.job_id, Attempt.state, Attempt.peak_mib, Attempt.needed_mib)
+        .where(Attempt.job_id.in_(oomed.scalar_subquery()))
+        .order_by(Attempt.job_id, Attempt.number)
+    )
+    by_job: dict[int, list[AttemptEnd]] = {}
+    for job_id, state, peak_mib, needed_mib in rows:
+        by_job.setdefault(job_id, []).append(AttemptEnd(state, peak_mib, needed_mib))
+    ratios = (retry_ratio(attempts) for attempts in by_job.values())
+    return [ratio for ratio in ratios if ratio is not None]
 
 
 def _gpus_held(session: Session, attempt: Attempt) -> list[GpuHeld]:

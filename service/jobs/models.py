@@ -99,6 +99,8 @@ class Attempt(Base):
     exit_code: Mapped[int | None]
     reason: Mapped[str | None] = mapped_column(Text)
     peak_mib: Mapped[int | None]
+    # an OOM's: what it needed more than (`oom_needed_mib`), which the retry step learns from
+    needed_mib: Mapped[int | None] = mapped_column(index=True)
     peak_changed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # the highest agent notice recorded for this attempt (re-sent notices are skipped)
     notice_seq: Mapped[int] = mapped_column(default=0, server_default="0")

@@ -10,8 +10,19 @@ import math
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
+from estimator.learned.calibration import conformal_quantile, min_conformal_points
 from service.scheduler.admission import can_ever_fit
 from service.scheduler.states import RETRIED_ATTEMPT_STATES, AttemptState, JobState
+
+# The retry step after an OOM covers what this share of the cluster's jobs went on to
+# need, as the estimator's upper bound covers this share of runs (estimator/learned):
+# a retry that falls short dies again, its GPU time lost.
+RETRY_COVERAGE = 0.95
+# The retry step learns from the jobs that died of an OOM most recently, so that it
+# follows the cluster's stack as it changes (a cuDNN or PyTorch upgrade moves spikes).
+RETRY_RATIOS_KEPT = 200
 
 
 @dataclass(frozen=True)
@@ -20,7 +31,7 @@ class ReservationRules:
 
     margin: float = 0.10  # reservation_margin
     stable_s: float = 120.0  # reservation_stable_s
-    oom_factor: float = 1.2  # oom_reservation_factor
+    oom_factor: float = 1.2  # oom_reservation_factor: the least step after an OOM
     oom_backoff_s: float = 10.0  # oom_backoff_s
 
 
@@ -40,26 +51,75 @@ def followed_reservation(
     return None
 
 
-def oom_retry_floor(
-    rules: ReservationRules, *, needed_mib: int, last_try: bool, largest_mib: int
-) -> int:
+def oom_retry_floor(*, factor: float, needed_mib: int, last_try: bool, largest_mib: int) -> int:
     """The least a retry after an OOM reserves per GPU, for a job that needed more than
     `needed_mib` where the most one eligible GPU can give it is `largest_mib`.
 
-    The factor more, but never more than the largest GPU gives, so that a job does not
-    fail for want of a GPU while one could give it more than it needed. On its last try
-    it gets the largest GPU whole, whether it outgrew its reservation (its estimate was
-    wrong by an unknown amount) or ran out within it, squeezed before it reached its own
-    peak (what it needs beyond what it held is unknown too): shared, a GPU could fail it
-    either way, and it would fail for want of attempts while some GPU could run it
-    alone. With no GPU giving more than it needed, the factor more (the job cannot run
-    again)."""
-    least = math.ceil(needed_mib * rules.oom_factor)
+    `factor` more (`retry_factor`), but never more than the largest GPU gives, so that a
+    job does not fail for want of a GPU while one could give it more than it needed. On
+    its last try it gets the largest GPU whole, whether it outgrew its reservation (its
+    estimate was wrong by an unknown amount) or ran out within it, squeezed before it
+    reached its own peak (what it needs beyond what it held is unknown too): shared, a
+    GPU could fail it either way, and it would fail for want of attempts while some GPU
+    could run it alone. With no GPU giving more than it needed, `factor` more (the job
+    cannot run again)."""
+    least = math.ceil(needed_mib * factor)
     if needed_mib >= largest_mib:
         return least
     if last_try:
         return largest_mib
     return min(least, largest_mib)
+
+
+def oom_needed_mib(ending: Ending) -> int:
+    """What an attempt that died of a CUDA OOM needed more than: its reservation, what it
+    reached, or what its tightest GPU could have given it, whichever is most."""
+    return max(ending.reserved_mib, ending.peak_mib, _available_mib(ending.gpus))
+
+
+@dataclass(frozen=True)
+class AttemptEnd:
+    """One of a job's attempts as the retry step learns from it."""
+
+    outcome: AttemptState
+    peak_mib: int | None  # the most it used on one GPU
+    needed_mib: int | None  # an OOM's `oom_needed_mib`
+
+
+def retry_ratio(attempts: Sequence[AttemptEnd]) -> float | None:
+    """What a job that died of an OOM went on to need over what it needed then: the
+    most its later attempts showed (a success's peak, an OOM's need, a lower bound when
+    it died again) over its first OOM's need. None until a later attempt showed one."""
+    first = next((i for i, a in enumerate(attempts) if a.outcome == AttemptState.OOM), None)
+    needed = attempts[first].needed_mib if first is not None else None
+    if first is None or not needed:
+        return None
+    shown = [
+        a.peak_mib if a.outcome == AttemptState.SUCCEEDED else a.needed_mib
+        for a in attempts[first + 1 :]
+        if a.outcome in (AttemptState.SUCCEEDED, AttemptState.OOM)
+    ]
+    known = [mib for mib in shown if mib]
+    return max(known) / needed if known else None
+
+
+def retry_factor(rules: ReservationRules, ratios: Sequence[float]) -> float:
+    """The step a retry after an OOM takes: the configured factor, or the cluster's own,
+    where more.
+
+    `ratios` are the `retry_ratio`s of the jobs that last died of an OOM. Once there are
+    enough for a conformal bound at RETRY_COVERAGE (19), their conformal quantile is at
+    least the next job's ratio with that probability, where jobs' ratios are
+    exchangeable; from 39 on, no single job sets it. Spikes the estimator's measurements
+    never showed (cuDNN benchmark workspaces, data-dependent shapes) are the stack's, so
+    the cluster's jobs tell how far a job that died goes on to reach better than any
+    constant does. A user whose jobs die and then grow raises the step of later retries,
+    everyone's: bounded by the largest GPU, which a last try takes anyway.
+    """
+    if len(ratios) < min_conformal_points(RETRY_COVERAGE):
+        return rules.oom_factor
+    learned = conformal_quantile(np.asarray(ratios, dtype=np.float64), RETRY_COVERAGE)
+    return max(rules.oom_factor, learned)
 
 
 def retry_backoff_s(rules: ReservationRules, failures: int) -> float:
@@ -137,15 +197,17 @@ def settle(
     job: JobHistory,
     cluster: Sequence[tuple[int, str, int]],
     headroom_mib: int,
+    retry_ratios: Sequence[float] = (),
 ) -> Decision:
     """The job's next state once `ending` closed its attempt on `cluster` ((node id,
-    GPU model, memory MiB) per GPU).
+    GPU model, memory MiB) per GPU), where the cluster's jobs that last died of an OOM
+    went on to need `retry_ratios` (`retry_ratio`) times what they needed then.
 
     A preempted attempt sends the job back to the queue. An `oom` or `lost` attempt is
     retried while the job's attempt budget lasts (preempted attempts do not count),
     after a back-off that doubles with each failure; after an OOM no later attempt
-    reserves less than `oom_retry_floor` says, and a job no node could give that much
-    on as many GPUs as it needs fails instead of waiting for ever.
+    reserves less than `oom_retry_floor` says at the `retry_factor`, and a job no node
+    could give that much on as many GPUs as it needs fails instead of waiting for ever.
     """
     outcome = ending.outcome
     if outcome == AttemptState.PREEMPTED:
@@ -156,13 +218,11 @@ def settle(
         return Decision(JobState(outcome), ending.reason, job.floor_mib, None)
     floor = job.floor_mib
     if outcome == AttemptState.OOM:
-        available = _available_mib(ending.gpus)
-        # a CUDA OOM means it needed more than it reserved, reached or could have had
-        needed = max(ending.reserved_mib, ending.peak_mib, available)
+        needed = oom_needed_mib(ending)
         largest = _largest_room_mib(job, cluster, headroom_mib)
         floor = max(
             oom_retry_floor(
-                rules,
+                factor=retry_factor(rules, retry_ratios),
                 needed_mib=needed,
                 last_try=tries + 1 >= job.max_attempts,
                 largest_mib=largest,

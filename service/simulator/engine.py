@@ -28,11 +28,15 @@ import numpy as np
 from service.scheduler.admission import could_run, distinct_nodes
 from service.scheduler.framework import SchedulerConfig
 from service.scheduler.lifecycle import (
+    RETRY_RATIOS_KEPT,
+    AttemptEnd,
     Ending,
     GpuHeld,
     JobHistory,
     ReservationRules,
     followed_reservation,
+    oom_needed_mib,
+    retry_ratio,
     settle,
 )
 from service.scheduler.placement import Scheduler
@@ -106,7 +110,7 @@ class _Job:
     demand: Demand
     pending_since: float
     tries: int = 0
-    ended: list[AttemptState] = field(default_factory=list)  # how its attempts ended
+    ended: list[AttemptEnd] = field(default_factory=list)  # how its attempts ended
     floor_mib: int = 0
     not_before_s: float | None = None
     queued_s: float = 0.0
@@ -210,6 +214,9 @@ class Simulation:
         # models (architectures) a run of which ended since the last cycle: waiting jobs
         # of theirs are estimated again (`_reestimate`)
         self.ran: set[str] = set()
+        # jobs in the order they first died of an OOM: the service's retry step learns
+        # from the latest (`_retry_ratios`)
+        self.oomed: dict[int, None] = {}
         self.running: dict[int, _Attempt] = {}
         self.states: dict[int, _Job] = {}
         self.events: list[tuple[float, int, int, int, int]] = []
@@ -563,6 +570,11 @@ class Simulation:
         """What the service decides for a job whose attempt ended: done, failed, or
         pending again with a floor after a back-off."""
         job = state.job
+        oom = ending.outcome == AttemptState.OOM
+        if oom:
+            self.oomed.setdefault(job.id, None)
+        needed = oom_needed_mib(ending) if oom else None
+        state.ended.append(AttemptEnd(ending.outcome, ending.peak_mib, needed))
         decision = settle(
             self.settings.rules,
             ending=ending,
@@ -571,12 +583,12 @@ class Simulation:
                 gpu_models=state.demand.gpu_models,
                 max_attempts=self.settings.max_attempts,
                 floor_mib=state.floor_mib or None,
-                earlier=tuple(state.ended),
+                earlier=tuple(end.outcome for end in state.ended[:-1]),
             ),
             cluster=self.cluster,
             headroom_mib=self.settings.scheduler.headroom_mib,
+            retry_ratios=self._retry_ratios() if oom else (),
         )
-        state.ended.append(ending.outcome)
         state.floor_mib = decision.floor_mib or 0
         if decision.job_state == JobState.SUCCEEDED:
             self.finished_s[job.id] = self.now
@@ -588,6 +600,13 @@ class Simulation:
             state.pending_since = self.now
             self.pending[job.id] = state
             self._push(state.not_before_s, WAKE, job.id)
+
+    def _retry_ratios(self) -> list[float]:
+        """As the service's `_retry_ratios`: the `retry_ratio`s of the RETRY_RATIOS_KEPT
+        jobs that first died of an OOM most recently."""
+        latest = list(self.oomed)[-RETRY_RATIOS_KEPT:]
+        ratios = (retry_ratio(self.states[job_id].ended) for job_id in latest)
+        return [ratio for ratio in ratios if ratio is not None]
 
     # results
 

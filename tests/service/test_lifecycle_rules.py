@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from service.scheduler.lifecycle import (
+    AttemptEnd,
     Decision,
     Ending,
     GpuHeld,
     JobHistory,
     ReservationRules,
     ended_as,
+    retry_factor,
+    retry_ratio,
     settle,
 )
 from service.scheduler.states import AttemptState, JobState
@@ -28,6 +31,7 @@ def decide(
     reserved_mib: int = 4000,
     peak_mib: int = 9000,
     job_gpus: int = 1,
+    retry_ratios: tuple[float, ...] = (),
 ) -> Decision:
     return settle(
         RULES,
@@ -37,6 +41,7 @@ def decide(
         ),
         cluster=CLUSTER,
         headroom_mib=0,
+        retry_ratios=retry_ratios,
     )
 
 
@@ -128,3 +133,38 @@ def test_an_attempt_past_its_time_limit_ends_timeout_even_if_also_preempted() ->
         )
         == AttemptState.SUCCEEDED
     )
+
+
+def test_a_job_that_died_of_an_oom_shows_how_far_it_went_on_to_need() -> None:
+    def end(outcome: AttemptState, peak: int | None, needed: int | None = None) -> AttemptEnd:
+        return AttemptEnd(outcome, peak, needed)
+
+    oom = end(AttemptState.OOM, 7000, 8000)
+    assert retry_ratio([end(AttemptState.SUCCEEDED, 5000)]) is None  # it never died
+    assert retry_ratio([oom]) is None  # nothing shown since
+    assert retry_ratio([oom, end(AttemptState.LOST, None)]) is None  # lost: nothing shown
+    assert retry_ratio([oom, end(AttemptState.SUCCEEDED, 12000)]) == 1.5
+    # it died again needing more, then peaked lower: the most it showed counts
+    again = end(AttemptState.OOM, 9000, 16000)
+    assert retry_ratio([oom, again, end(AttemptState.SUCCEEDED, 12000)]) == 2.0
+    # what a preempted attempt before it used is no OOM's; an OOM kept before its
+    # need was recorded teaches nothing
+    assert retry_ratio([end(AttemptState.PREEMPTED, 3000), oom, again]) == 2.0
+    assert retry_ratio([end(AttemptState.OOM, 7000), again]) is None
+
+
+def test_the_retry_step_is_the_cluster_s_once_enough_jobs_showed_it_and_never_less() -> None:
+    assert retry_factor(RULES, [3.0] * 18) == 1.5  # too few for a bound: as configured
+    # 19 jobs: the conformal quantile at 95% is the largest of them
+    assert retry_factor(RULES, [1.1] * 18 + [2.5]) == 2.5
+    # 39: the second largest, so one odd job no longer sets it
+    assert retry_factor(RULES, [1.1] * 37 + [2.0, 9.0]) == 2.0
+    assert retry_factor(RULES, [1.05] * 40) == 1.5  # never below what is configured
+
+
+def test_a_retry_after_an_oom_takes_the_cluster_s_step() -> None:
+    # max(reserved 4000, peak 9000, the empty 16000 GPU) x the learned 2.0, which the
+    # 40000 GPU gives
+    learned = decide(AttemptState.OOM, [], retry_ratios=(1.1,) * 18 + (2.0,))
+    assert learned.floor_mib == 32000
+    assert learned.reason is not None and "at least 32000 MiB" in learned.reason
