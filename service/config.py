@@ -88,13 +88,12 @@ class Settings(BaseSettings):
     # as every agent request being served is in it
     heartbeat_batch_max: int = Field(default=100, ge=1, le=1000)
     default_max_attempts: int = Field(default=3, ge=1, le=20)
-    # OOM recovery: the next attempt reserves this factor times what the failed one
-    # needed (never more than the largest eligible GPU gives; on its last try it gets
-    # that GPU whole: `scheduler/lifecycle.py`),
-    # after a back-off of oom_backoff_s * 2^(failures - 1). 1.2 is the step Kubernetes'
-    # vertical pod autoscaler takes after an OOM (its recommender's oom-bump-up-ratio
-    # default); a job whose peak jumped further dies once more before its last try
-    # (bench/RESULTS.md, issue 20's fourteenth round, tried 2.0)
+    # OOM recovery: the next attempt reserves at least this factor times what the
+    # failed one needed, more where the cluster's own OOM'd jobs went on to need more
+    # (`retry_factor`; never more than the largest eligible GPU gives; on its last try
+    # it gets that GPU whole: `scheduler/lifecycle.py`), after a back-off of
+    # oom_backoff_s * 2^(failures - 1). 1.2 is the step Kubernetes' vertical pod
+    # autoscaler takes after an OOM (its recommender's oom-bump-up-ratio default)
     oom_reservation_factor: float = Field(default=1.2, ge=1.0, le=4.0)
     oom_backoff_s: float = Field(default=10.0, ge=0, le=3600)
     # placement pipeline (plugin names from service/scheduler/plugins.py's BUILT_IN)

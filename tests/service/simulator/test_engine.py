@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
 
 from estimator.spec import TrainingSpec
 from service.config import Settings
+from service.scheduler import lifecycle
 from service.scheduler.framework import SchedulerConfig
+from service.scheduler.lifecycle import Decision
+from service.simulator import engine
 from service.simulator.cluster import SimGpuSpec, SimNode
 from service.simulator.engine import SimResult, SimSettings, Simulation
 from service.simulator.policies import Demand, Exclusive, Oracle, Policy, Request
@@ -167,3 +172,40 @@ def test_a_waiting_job_takes_what_its_models_oom_taught_where_it_could_run_by_it
     assert result.jobs_rejected == 0 and result.jobs_completed + result.jobs_failed == 3
     reserved = result.reserved_over_true[2] * 14000
     assert reserved == pytest.approx(learned_mib if learned_mib <= 16384 else 4096)
+
+
+def test_a_retry_after_an_oom_takes_the_step_the_cluster_s_jobs_showed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As in the service (tests/service/test_retry_step.py): 19 jobs claiming 4000 MiB
+    die filling T4s and go on to need twice that on A100s; the 20th's retry asks as
+    much, where the configured factor alone would ask 1.2 x."""
+    t4, a100 = SimGpuSpec("Tesla T4", 15360), SimGpuSpec("NVIDIA A100-SXM4-40GB", 40960)
+    nodes = [SimNode("n1", (t4,) * 19 + (a100,) * 19)]
+
+    def needing_two_t4s(job_id: int, arrival_s: float) -> SimJob:
+        peaks = {t4.model: 2 * t4.memory_mib, a100.model: 2 * t4.memory_mib}
+        return dataclasses.replace(
+            job(job_id, arrival_s, 600, 0, claim_mib=4000),
+            true_peak_mib=peaks,
+            foreseen_peak_mib=peaks,
+        )
+
+    jobs = [needing_two_t4s(job_id, 0) for job_id in range(1, 20)]
+    floors: list[int | None] = []
+
+    def settle(*args: Any, **kwargs: Any) -> Decision:
+        decision = lifecycle.settle(*args, **kwargs)
+        floors.append(decision.floor_mib)
+        return decision
+
+    monkeypatch.setattr(engine, "settle", settle)
+    settings = SimSettings(cycle_s=0, scheduler=SchedulerConfig(headroom_mib=0, max_jobs_per_gpu=1))
+    speeds = {t4.model: 1.0, a100.model: 1.0}
+    alone = Simulation(nodes, jobs[:1], Request(), NO_SLOWDOWN, speeds, settings).run()
+    assert (alone.oom_events, alone.jobs_completed, floors) == (1, 1, [18432, 18432])
+    floors.clear()
+    later = [*jobs, needing_two_t4s(20, 10_000)]
+    result = Simulation(nodes, later, Request(), NO_SLOWDOWN, speeds, settings).run()
+    assert (result.oom_events, result.jobs_completed) == (20, 20)
+    assert floors[-2:] == [30720, 30720]  # the 20th job's OOM, then its success
