@@ -190,7 +190,9 @@ def _new_estimates(
     another calibration is active): a job is placed by what the cluster learned while
     it waited, so that one job's OOM does not repeat in the next of its kind. Estimates
     an attempt was placed with (`ran_before`) stay what it was judged by; its retry
-    goes by the floor its end set."""
+    goes by the floor its end set. A job admitted with estimates whose new models' can
+    not be made runs on the models it has them for meanwhile (logged once a read for
+    the jobs of one spec)."""
     if not _estimated(job):
         return None
     remade = None
@@ -203,11 +205,28 @@ def _new_estimates(
             new = {m: e for m, e in remade.by_model.items() if m not in kept}
             remade = MadeEstimates(new, remade.basis)
     missing = [m for m in models if m not in kept and (remade is None or m not in remade.by_model)]
-    if missing:
+    if not missing:
+        return remade
+    key = _answer_key(job, missing)
+    tried = key in made
+    try:
         more = _made(estimator, job, missing, made)
-        base = remade.by_model if remade is not None else {}
-        return MadeEstimates({**base, **more.by_model}, more.basis)
-    return remade
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception:
+        if not kept:
+            raise
+        # admitted with the estimates it has, it runs on those models meanwhile
+        if not tried:
+            log.warning(
+                "job %d, and any waiting job of its spec, has no estimates on GPU models "
+                "that joined since its own were made: they could not be made",
+                job.id,
+                exc_info=True,
+            )
+        return remade
+    base = remade.by_model if remade is not None else {}
+    return MadeEstimates({**base, **more.by_model}, more.basis)
 
 
 def _pending_view(

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from estimator.estimate import default_estimator
 from estimator.spec import TrainingSpec
 from service.db import transaction
+from service.errors import ApiError
 from service.jobs import submission
 from service.jobs.models import JobEstimate
 from service.jobs.submission import MadeEstimates, store_estimates
@@ -266,6 +267,37 @@ def test_a_remake_that_fails_keeps_the_estimates_and_is_not_tried_every_cycle(
     cycle(client)
     (attempt,) = job_of(client, cousin["id"])["attempts"]
     assert attempt["reserved_mib"] == admitted["upper_mib"]
+
+
+def test_a_job_whose_estimates_cannot_be_made_on_a_new_gpu_model_runs_on_its_old_ones(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Estimates for a GPU model that joined after a job was admitted are made when the
+    scheduler next reads it; where the estimator refuses them now, the job neither
+    fails nor waits: it runs where its own estimates say it fits."""
+    a100 = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
+    filler = submit(client, memory_mib=40000)
+    cycle(client)
+    waiting, twin = (submit(client, training=RESNET) for _ in range(2))
+    (admitted,) = waiting["estimates"]
+    register_node(client, "n2", [("Tesla T4", 15360)])  # its GPUs are all taken below
+    taken = submit(client, memory_mib=15000)
+
+    def refused(*_args: Any) -> None:
+        raise ApiError(422, "unknown_model", "the estimator refuses this spec now")
+
+    monkeypatch.setattr(submission, "estimate_for", refused)
+    with caplog.at_level(logging.WARNING, logger=snapshot_reader.log.name):
+        cycle(client)  # the T4 goes to `taken`
+        beat(client, a100, [exited(filler["id"], peak=1000)])
+        cycle(client)
+    warned = [r for r in caplog.records if "GPU models that joined" in r.getMessage()]
+    assert len(warned) == 2  # once a read for the two jobs of one spec
+    assert [a["gpus"][0]["model"] for a in job_of(client, taken["id"])["attempts"]] == ["Tesla T4"]
+    for job in (waiting, twin):
+        shown = job_of(client, job["id"])
+        assert shown["estimates"] == [admitted]
+        assert [a["reserved_mib"] for a in shown["attempts"]] == [admitted["upper_mib"]]
 
 
 def test_estimates_of_several_jobs_are_stored_at_once_each_on_its_own_basis(
