@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from service.config import Settings
@@ -16,7 +16,7 @@ from service.db import lock_placements, utcnow
 from service.errors import ApiError
 from service.events.service import record
 from service.jobs import observations
-from service.jobs.models import Allocation, Attempt, Job
+from service.jobs.models import Allocation, Attempt, Job, Observation
 from service.nodes.makeup import cluster_gpus
 from service.scheduler.lifecycle import (
     RETRY_RATIOS_KEPT,
@@ -352,6 +352,13 @@ def end_attempt(
     ending = Ending(outcome, reason, attempt.reserved_mib, attempt.peak_mib or 0, held)
     if outcome == AttemptState.OOM:
         attempt.needed_mib = oom_needed_mib(ending)
+    attempt.retry_ratio = retry_ratio(
+        [
+            AttemptEnd(AttemptState(a.state), a.peak_mib, a.needed_mib)
+            for a in job.attempts
+            if a.number <= attempt.number
+        ]
+    )
     decision = settle(
         settings.reservation_rules(),
         ending=ending,
@@ -364,7 +371,7 @@ def end_attempt(
         ),
         cluster=cluster_gpus(session),
         headroom_mib=settings.memory_headroom_mib,
-        retry_ratios=_retry_ratios(session) if outcome == AttemptState.OOM else (),
+        retry_ratios=_retry_ratios(session, job.owner) if outcome == AttemptState.OOM else (),
     )
     job.reservation_floor_mib = decision.floor_mib
     if decision.backoff_s is not None:
@@ -377,26 +384,25 @@ def end_attempt(
     job.reason = decision.reason
 
 
-def _retry_ratios(session: Session) -> list[float]:
-    """The `retry_ratio`s of the RETRY_RATIOS_KEPT jobs that first died of an OOM most
-    recently (those whose later attempts showed one)."""
-    oomed = (
-        select(Attempt.job_id)
-        .where(Attempt.needed_mib.is_not(None))
-        .group_by(Attempt.job_id)
-        .order_by(func.min(Attempt.id).desc())
+def _retry_ratios(session: Session, owner: str) -> list[float]:
+    """The RETRY_RATIOS_KEPT latest `retry_ratio`s (by when their attempt was placed)
+    that `owner`'s retries learn from: their own jobs', and those of jobs whose peaks
+    are trusted (an admin's, or vouched for), as the estimator lets one owner's peaks
+    answer for another's. So one user's jobs, dying and then growing, raise no one
+    else's step."""
+    trusted = (
+        select(Observation.id)
+        .where(Observation.attempt_id == Attempt.id, Observation.trusted.is_(True))
+        .exists()
+    )
+    latest = (
+        select(Attempt.retry_ratio)
+        .join(Job, Job.id == Attempt.job_id)
+        .where(Attempt.retry_ratio.is_not(None), or_(Job.owner == owner, trusted))
+        .order_by(Attempt.id.desc())
         .limit(RETRY_RATIOS_KEPT)
     )
-    rows = session.execute(
-        select(Attempt.job_id, Attempt.state, Attempt.peak_mib, Attempt.needed_mib)
-        .where(Attempt.job_id.in_(oomed.scalar_subquery()))
-        .order_by(Attempt.job_id, Attempt.number)
-    )
-    by_job: dict[int, list[AttemptEnd]] = {}
-    for job_id, state, peak_mib, needed_mib in rows:
-        by_job.setdefault(job_id, []).append(AttemptEnd(state, peak_mib, needed_mib))
-    ratios = (retry_ratio(attempts) for attempts in by_job.values())
-    return [ratio for ratio in ratios if ratio is not None]
+    return [float(ratio) for ratio in session.scalars(latest) if ratio is not None]
 
 
 def _gpus_held(session: Session, attempt: Attempt) -> list[GpuHeld]:

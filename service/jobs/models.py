@@ -16,6 +16,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
@@ -85,7 +86,17 @@ class Job(Base):
 
 class Attempt(Base):
     __tablename__ = "attempts"
-    __table_args__ = (UniqueConstraint("job_id", "number"), NEVER_REUSE_IDS)
+    __table_args__ = (
+        UniqueConstraint("job_id", "number"),
+        # the latest retry ratios, without a scan of every attempt (`_retry_ratios`)
+        Index(
+            "ix_attempts_retry_ratio",
+            "id",
+            postgresql_where=text("retry_ratio IS NOT NULL"),
+            sqlite_where=text("retry_ratio IS NOT NULL"),
+        ),
+        NEVER_REUSE_IDS,
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
@@ -99,8 +110,10 @@ class Attempt(Base):
     exit_code: Mapped[int | None]
     reason: Mapped[str | None] = mapped_column(Text)
     peak_mib: Mapped[int | None]
-    # an OOM's: what it needed more than (`oom_needed_mib`), which the retry step learns from
-    needed_mib: Mapped[int | None] = mapped_column(index=True)
+    # an OOM's: what it needed more than (`oom_needed_mib`)
+    needed_mib: Mapped[int | None]
+    # a success after an OOM: its peak over that OOM's need, which retries learn from
+    retry_ratio: Mapped[float | None]
     peak_changed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # the highest agent notice recorded for this attempt (re-sent notices are skipped)
     notice_seq: Mapped[int] = mapped_column(default=0, server_default="0")

@@ -20,7 +20,7 @@ from service.scheduler.states import RETRIED_ATTEMPT_STATES, AttemptState, JobSt
 # need, as the estimator's upper bound covers this share of runs (estimator/learned):
 # a retry that falls short dies again, its GPU time lost.
 RETRY_COVERAGE = 0.95
-# The retry step learns from the jobs that died of an OOM most recently, so that it
+# The retry step learns from the latest jobs that ran again after an OOM, so that it
 # follows the cluster's stack as it changes (a cuDNN or PyTorch upgrade moves spikes).
 RETRY_RATIOS_KEPT = 200
 
@@ -87,34 +87,35 @@ class AttemptEnd:
 
 
 def retry_ratio(attempts: Sequence[AttemptEnd]) -> float | None:
-    """What a job that died of an OOM went on to need over what it needed then: the
-    most its later attempts showed (a success's peak, an OOM's need, a lower bound when
-    it died again) over its first OOM's need. None until a later attempt showed one."""
-    first = next((i for i, a in enumerate(attempts) if a.outcome == AttemptState.OOM), None)
-    needed = attempts[first].needed_mib if first is not None else None
-    if first is None or not needed:
+    """How far a job that died of an OOM went on to need beyond what it needed then: the
+    peak of the attempt that succeeded (the last of `attempts`) over its first OOM's
+    need. None for a job that did not die of an OOM, or did not succeed since.
+
+    Only a success's peak is the job's need: a later OOM's need is only a bound from
+    below, set by the step that retry took (a factor learned from it would feed on
+    itself), and the peak of an attempt cut short is not what the job reaches."""
+    if not attempts or attempts[-1].outcome != AttemptState.SUCCEEDED:
         return None
-    shown = [
-        a.peak_mib if a.outcome == AttemptState.SUCCEEDED else a.needed_mib
-        for a in attempts[first + 1 :]
-        if a.outcome in (AttemptState.SUCCEEDED, AttemptState.OOM)
-    ]
-    known = [mib for mib in shown if mib]
-    return max(known) / needed if known else None
+    first = next((a for a in attempts if a.outcome == AttemptState.OOM), None)
+    peak, needed = attempts[-1].peak_mib, first.needed_mib if first else None
+    if not peak or not needed or needed <= 0:
+        return None
+    return peak / needed
 
 
 def retry_factor(rules: ReservationRules, ratios: Sequence[float]) -> float:
     """The step a retry after an OOM takes: the configured factor, or the cluster's own,
     where more.
 
-    `ratios` are the `retry_ratio`s of the jobs that last died of an OOM. Once there are
-    enough for a conformal bound at RETRY_COVERAGE (19), their conformal quantile is at
-    least the next job's ratio with that probability, where jobs' ratios are
-    exchangeable; from 39 on, no single job sets it. Spikes the estimator's measurements
-    never showed (cuDNN benchmark workspaces, data-dependent shapes) are the stack's, so
-    the cluster's jobs tell how far a job that died goes on to reach better than any
-    constant does. A user whose jobs die and then grow raises the step of later retries,
-    everyone's: bounded by the largest GPU, which a last try takes anyway.
+    `ratios` are the `retry_ratio`s of the latest jobs that ran again after an OOM and
+    succeeded. Once there are enough for a conformal bound at RETRY_COVERAGE (19), their
+    conformal quantile is at least the next such job's ratio with that probability,
+    where jobs' ratios are exchangeable (a success's peak does not depend on the step
+    its retry took); from 39 on, no single job sets it. Spikes the estimator's
+    measurements never showed (cuDNN benchmark workspaces, data-dependent shapes) are
+    the stack's, so the cluster's jobs tell how far a job that died goes on to reach
+    better than any constant does. Whose jobs teach whom is the caller's: the service
+    learns a user's step from their own jobs and those an admin vouched for.
     """
     if len(ratios) < min_conformal_points(RETRY_COVERAGE):
         return rules.oom_factor
@@ -200,14 +201,16 @@ def settle(
     retry_ratios: Sequence[float] = (),
 ) -> Decision:
     """The job's next state once `ending` closed its attempt on `cluster` ((node id,
-    GPU model, memory MiB) per GPU), where the cluster's jobs that last died of an OOM
+    GPU model, memory MiB) per GPU), where the latest jobs that ran again after an OOM
     went on to need `retry_ratios` (`retry_ratio`) times what they needed then.
 
     A preempted attempt sends the job back to the queue. An `oom` or `lost` attempt is
     retried while the job's attempt budget lasts (preempted attempts do not count),
     after a back-off that doubles with each failure; after an OOM no later attempt
     reserves less than `oom_retry_floor` says at the `retry_factor`, and a job no node
-    could give that much on as many GPUs as it needs fails instead of waiting for ever.
+    could give that much on as many GPUs as it needs fails instead of waiting for ever
+    (its floor then says the configured factor more: the step the cluster's retries
+    take is for jobs that can run again).
     """
     outcome = ending.outcome
     if outcome == AttemptState.PREEMPTED:
@@ -220,16 +223,17 @@ def settle(
     if outcome == AttemptState.OOM:
         needed = oom_needed_mib(ending)
         largest = _largest_room_mib(job, cluster, headroom_mib)
+        runs_again = needed < largest
         floor = max(
             oom_retry_floor(
-                factor=retry_factor(rules, retry_ratios),
+                factor=retry_factor(rules, retry_ratios) if runs_again else rules.oom_factor,
                 needed_mib=needed,
                 last_try=tries + 1 >= job.max_attempts,
                 largest_mib=largest,
             ),
             floor or 0,
         )
-        if needed >= largest or floor > largest:
+        if not runs_again or floor > largest:
             reason = (
                 f"needs at least {floor} MiB on each of {job.gpus} GPU(s) of one node, "
                 "more than any eligible GPU has on a node with that many"

@@ -88,6 +88,7 @@ class _Attempt:
     version: int = 0
     peaked: bool = False
     view: RunningJob | None = None  # as the last snapshot saw it (until reservations move)
+    placed: int = 0  # placements before it and it: the service's attempt id
 
 
 @dataclass
@@ -214,9 +215,9 @@ class Simulation:
         # models (architectures) a run of which ended since the last cycle: waiting jobs
         # of theirs are estimated again (`_reestimate`)
         self.ran: set[str] = set()
-        # jobs in the order they first died of an OOM: the service's retry step learns
-        # from the latest (`_retry_ratios`)
-        self.oomed: dict[int, None] = {}
+        # `retry_ratio`s of jobs that succeeded after an OOM, by when their successful
+        # attempt was placed: the retry step learns from the latest (`_retry_ratios`)
+        self.retry_ratios: dict[int, float] = {}
         self.running: dict[int, _Attempt] = {}
         self.states: dict[int, _Job] = {}
         self.events: list[tuple[float, int, int, int, int]] = []
@@ -407,6 +408,7 @@ class Simulation:
             started_s=self.now,
             remaining_s=job.work_s,
             updated_s=self.now,
+            placed=self.placements,
         )
         self.running[job.id] = attempt
         self.reserved_over_true[job.id] = float(
@@ -533,7 +535,7 @@ class Simulation:
         self._release(attempt)
         self.policy.observe_oom(attempt.job, gpu.model, held)
         self.ran.add(attempt.job.model)
-        self._settle(self.states[attempt.job.id], ending)
+        self._settle(self.states[attempt.job.id], ending, attempt.placed)
 
     def _ending(self, attempt: _Attempt, outcome: AttemptState, peak_mib: int) -> Ending:
         """The attempt's end as an agent reports it, and its GPUs as the service sees them
@@ -564,17 +566,18 @@ class Simulation:
         self._release(attempt)
         self.policy.observe(attempt.job, gpu.model, peak)
         self.ran.add(attempt.job.model)
-        self._settle(self.states[job_id], ending)
+        self._settle(self.states[job_id], ending, attempt.placed)
 
-    def _settle(self, state: _Job, ending: Ending) -> None:
-        """What the service decides for a job whose attempt ended: done, failed, or
-        pending again with a floor after a back-off."""
+    def _settle(self, state: _Job, ending: Ending, placed: int) -> None:
+        """What the service decides for a job whose attempt (the `placed`-th placement)
+        ended: done, failed, or pending again with a floor after a back-off."""
         job = state.job
         oom = ending.outcome == AttemptState.OOM
-        if oom:
-            self.oomed.setdefault(job.id, None)
         needed = oom_needed_mib(ending) if oom else None
         state.ended.append(AttemptEnd(ending.outcome, ending.peak_mib, needed))
+        ratio = retry_ratio(state.ended)
+        if ratio is not None:
+            self.retry_ratios[placed] = ratio
         decision = settle(
             self.settings.rules,
             ending=ending,
@@ -602,11 +605,10 @@ class Simulation:
             self._push(state.not_before_s, WAKE, job.id)
 
     def _retry_ratios(self) -> list[float]:
-        """As the service's `_retry_ratios`: the `retry_ratio`s of the RETRY_RATIOS_KEPT
-        jobs that first died of an OOM most recently."""
-        latest = list(self.oomed)[-RETRY_RATIOS_KEPT:]
-        ratios = (retry_ratio(self.states[job_id].ended) for job_id in latest)
-        return [ratio for ratio in ratios if ratio is not None]
+        """As the service's `_retry_ratios` (every job here has one owner): the
+        RETRY_RATIOS_KEPT latest `retry_ratio`s, by when their attempt was placed."""
+        latest = sorted(self.retry_ratios)[-RETRY_RATIOS_KEPT:]
+        return [self.retry_ratios[placed] for placed in latest]
 
     # results
 

@@ -135,22 +135,26 @@ def test_an_attempt_past_its_time_limit_ends_timeout_even_if_also_preempted() ->
     )
 
 
-def test_a_job_that_died_of_an_oom_shows_how_far_it_went_on_to_need() -> None:
+def test_a_job_that_succeeded_after_an_oom_shows_how_far_it_went_on_to_need() -> None:
     def end(outcome: AttemptState, peak: int | None, needed: int | None = None) -> AttemptEnd:
         return AttemptEnd(outcome, peak, needed)
 
     oom = end(AttemptState.OOM, 7000, 8000)
+    done = end(AttemptState.SUCCEEDED, 12000)
     assert retry_ratio([end(AttemptState.SUCCEEDED, 5000)]) is None  # it never died
     assert retry_ratio([oom]) is None  # nothing shown since
-    assert retry_ratio([oom, end(AttemptState.LOST, None)]) is None  # lost: nothing shown
-    assert retry_ratio([oom, end(AttemptState.SUCCEEDED, 12000)]) == 1.5
-    # it died again needing more, then peaked lower: the most it showed counts
+    assert retry_ratio([oom, done]) == 1.5
+    # a later OOM's need is set by the step its retry took: only the success counts,
+    # over the first OOM's need
     again = end(AttemptState.OOM, 9000, 16000)
-    assert retry_ratio([oom, again, end(AttemptState.SUCCEEDED, 12000)]) == 2.0
-    # what a preempted attempt before it used is no OOM's; an OOM kept before its
-    # need was recorded teaches nothing
-    assert retry_ratio([end(AttemptState.PREEMPTED, 3000), oom, again]) == 2.0
-    assert retry_ratio([end(AttemptState.OOM, 7000), again]) is None
+    assert retry_ratio([oom, again]) is None
+    assert retry_ratio([oom, again, done]) == 1.5
+    # what a job cut short used is not what it reaches: only a success's peak counts
+    assert retry_ratio([oom, end(AttemptState.TIMEOUT, 30000)]) is None
+    assert retry_ratio([end(AttemptState.PREEMPTED, 3000), oom, done]) == 1.5
+    # an OOM kept before its need was recorded, or with none, teaches nothing
+    assert retry_ratio([end(AttemptState.OOM, 7000), done]) is None
+    assert retry_ratio([end(AttemptState.OOM, 0, -500), done]) is None
 
 
 def test_the_retry_step_is_the_cluster_s_once_enough_jobs_showed_it_and_never_less() -> None:
@@ -168,3 +172,18 @@ def test_a_retry_after_an_oom_takes_the_cluster_s_step() -> None:
     learned = decide(AttemptState.OOM, [], retry_ratios=(1.1,) * 18 + (2.0,))
     assert learned.floor_mib == 32000
     assert learned.reason is not None and "at least 32000 MiB" in learned.reason
+
+
+def test_a_job_that_can_never_run_again_is_failed_at_the_configured_step() -> None:
+    """The learned step is for retries that can run: a job that needed more than every
+    GPU has fails with its floor the configured factor more (no absurd figure)."""
+    alone = GpuHeld(memory_total_mib=40000, foreign_mib=0, neighbours_mib=0)
+    spent = decide(
+        AttemptState.OOM,
+        [],
+        gpus=[alone],
+        reserved_mib=30000,
+        peak_mib=40000,
+        retry_ratios=(1.1,) * 18 + (30000.0,),
+    )
+    assert spent.job_state == JobState.OOM and spent.floor_mib == 60000

@@ -1,15 +1,18 @@
 """The step a retry after an OOM takes is learned from the cluster's own jobs: how far
-those that died went on to need, kept with their attempts in the database."""
+those that died went on to need, kept with their attempts in the database; a user's
+retries learn from their own jobs and from trusted ones."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from estimator.learned.calibration import min_conformal_points
+from service.jobs import lifecycle as service_lifecycle
 from service.scheduler.lifecycle import RETRY_COVERAGE
-from tests.conftest import register_node, submit
+from tests.conftest import bearer, make_token, register_node, submit
 from tests.service.test_lifecycle import cycle
 
 T4, A100 = ("Tesla T4", 15360), ("NVIDIA A100-SXM4-40GB", 40960)
@@ -52,9 +55,33 @@ def models(client: TestClient, job_id: int) -> list[str]:
     return [attempt["gpus"][0]["model"] for attempt in attempts]
 
 
-def dies_on_a_t4(client: TestClient, node: Node, **spec: Any) -> dict[str, Any]:
+def submit_as(client: TestClient, user: dict[str, str] | None, **spec: Any) -> int:
+    """A job claiming 4000 MiB, submitted by `user` (None: the admin)."""
+    if user is None:
+        return int(submit(client, memory_mib=4000, **spec)["id"])
+    body = {"name": "job", "command": ["true"], "memory_mib": 4000, **spec}
+    response = client.post("/v1/jobs", json=body, headers=user)
+    assert response.status_code == 201, response.text
+    return int(response.json()["id"])
+
+
+def grow_after_dying(
+    client: TestClient, node: Node, user: dict[str, str] | None, times: float
+) -> None:
+    """JOBS jobs of `user` die filling T4s and succeed on A100s using `times` a T4."""
+    jobs = [submit_as(client, user) for _ in range(JOBS)]
+    cycle(client)
+    node.exit(jobs, "oom", T4[1])
+    cycle(client)
+    assert {tuple(models(client, job_id)) for job_id in jobs} == {(T4[0], A100[0])}
+    node.exit(jobs, "succeeded", round(times * T4[1]))
+
+
+def dies_on_a_t4(
+    client: TestClient, node: Node, user: dict[str, str] | None = None, **spec: Any
+) -> dict[str, Any]:
     """A job claiming 4000 MiB, placed on a T4 and dying of an OOM there, as it is then."""
-    job_id = int(submit(client, memory_mib=4000, **spec)["id"])
+    job_id = submit_as(client, user, **spec)
     cycle(client)
     assert models(client, job_id) == [T4[0]]
     node.exit([job_id], "oom", T4[1])
@@ -76,13 +103,8 @@ def test_retries_take_the_step_the_cluster_s_jobs_showed_and_keep_it_after_a_res
     node.exit([first["id"]], "succeeded", 2 * T4[1])  # it needed twice as much
     assert models(client, first["id"]) == [T4[0], A100[0]]
 
-    # 18 more jobs die on T4s and go on to need twice as much on A100s
-    jobs = [int(submit(client, memory_mib=4000)["id"]) for _ in range(JOBS - 1)]
-    cycle(client)
-    node.exit(jobs, "oom", T4[1])
-    cycle(client)
-    assert {tuple(models(client, job_id)) for job_id in jobs} == {(T4[0], A100[0])}
-    node.exit(jobs, "succeeded", 2 * T4[1])
+    # more jobs die on T4s and go on to need twice as much on A100s
+    grow_after_dying(client, node, None, 2.0)
 
     # 19 jobs showed 2x: the next job's retry asks that, on the service that saw them
     # and on one started afresh on the same database
@@ -91,3 +113,19 @@ def test_retries_take_the_step_the_cluster_s_jobs_showed_and_keep_it_after_a_res
     restarted = make_client(oom_backoff_s=0, max_jobs_per_gpu=1)
     again = dies_on_a_t4(restarted, Node(restarted, JOBS), name="after-a-restart")
     assert "at least 30720 MiB" in again["reason"], again["reason"]
+
+
+def test_a_user_s_retries_learn_from_their_own_jobs_and_trusted_ones_the_latest_first(
+    make_client: Any, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(service_lifecycle, "RETRY_RATIOS_KEPT", JOBS)
+    client = make_client(oom_backoff_s=0, max_jobs_per_gpu=1)
+    node = Node(client, JOBS)
+    mallory = bearer(make_token(database_url, "user", "mallory"))
+    bob = bearer(make_token(database_url, "user", "bob"))
+    grow_after_dying(client, node, None, 2.5)  # the admin's: trusted, then outnumbered
+    grow_after_dying(client, node, None, 2.0)
+    grow_after_dying(client, node, mallory, 2.6)
+    # bob learns from the admin's latest 19 only; mallory's own count for her alone
+    assert "at least 30720 MiB" in dies_on_a_t4(client, node, bob)["reason"]
+    assert "at least 39936 MiB" in dies_on_a_t4(client, node, mallory)["reason"]
