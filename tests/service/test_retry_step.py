@@ -12,42 +12,25 @@ from fastapi.testclient import TestClient
 from estimator.learned.calibration import min_conformal_points
 from service.jobs import lifecycle as service_lifecycle
 from service.scheduler.lifecycle import RETRY_COVERAGE
-from tests.conftest import bearer, make_token, register_node, submit
+from tests.conftest import bearer, make_token, submit
 from tests.service.test_lifecycle import cycle
+from tests.service.test_lifecycle_parity import Agent
 
 T4, A100 = ("Tesla T4", 15360), ("NVIDIA A100-SXM4-40GB", 40960)
 JOBS = 19  # the fewest for a bound at RETRY_COVERAGE
 
 
-class Node:
-    """One node of T4s and A100s, one job a GPU, whose agent reports exits."""
+class Node(Agent):
+    """One node of as many T4s as A100s, one job a GPU."""
 
     def __init__(self, client: TestClient, gpus: int) -> None:
-        self.client = client
-        self.node_id = register_node(client, "n1", [T4] * gpus + [A100] * gpus)
-        self.uuids = [f"GPU-n1-{index}" for index in range(2 * gpus)]
+        super().__init__(client, "n1", [T4] * gpus + [A100] * gpus)
 
-    def exit(self, job_ids: list[int], outcome: str, peak_mib: int) -> None:
+    def exit_latest(self, job_ids: list[int], outcome: str, peak_mib: int) -> None:
         """Each job's latest attempt ended `outcome`, having used `peak_mib`."""
-        reports = []
         for job_id in job_ids:
-            attempt = self.client.get(f"/v1/jobs/{job_id}").json()["attempts"][-1]
-            reports.append(
-                {
-                    "job_id": job_id,
-                    "attempt": attempt["number"],
-                    "state": "exited",
-                    "exit_code": 0 if outcome == "succeeded" else 1,
-                    "outcome": outcome,
-                    "peak_mib_by_gpu": {gpu["uuid"]: peak_mib for gpu in attempt["gpus"]},
-                }
-            )
-        body = {
-            "gpus": [{"uuid": uuid, "memory_used_mib": 0} for uuid in self.uuids],
-            "attempts": reports,
-        }
-        response = self.client.post(f"/v1/nodes/{self.node_id}/heartbeat", json=body)
-        assert response.status_code == 200, response.text
+            attempts = self.client.get(f"/v1/jobs/{job_id}").json()["attempts"]
+            self.exit(job_id, len(attempts), outcome, peak_mib)
 
 
 def models(client: TestClient, job_id: int) -> list[str]:
@@ -71,10 +54,10 @@ def grow_after_dying(
     """JOBS jobs of `user` die filling T4s and succeed on A100s using `times` a T4."""
     jobs = [submit_as(client, user) for _ in range(JOBS)]
     cycle(client)
-    node.exit(jobs, "oom", T4[1])
+    node.exit_latest(jobs, "oom", T4[1])
     cycle(client)
     assert {tuple(models(client, job_id)) for job_id in jobs} == {(T4[0], A100[0])}
-    node.exit(jobs, "succeeded", round(times * T4[1]))
+    node.exit_latest(jobs, "succeeded", round(times * T4[1]))
 
 
 def dies_on_a_t4(
@@ -84,7 +67,7 @@ def dies_on_a_t4(
     job_id = submit_as(client, user, **spec)
     cycle(client)
     assert models(client, job_id) == [T4[0]]
-    node.exit([job_id], "oom", T4[1])
+    node.exit_latest([job_id], "oom", T4[1])
     job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}").json()
     return job
 
@@ -100,7 +83,7 @@ def test_retries_take_the_step_the_cluster_s_jobs_showed_and_keep_it_after_a_res
     first = dies_on_a_t4(client, node)
     assert first["state"] == "pending" and "at least 18432 MiB" in first["reason"]
     cycle(client)
-    node.exit([first["id"]], "succeeded", 2 * T4[1])  # it needed twice as much
+    node.exit_latest([first["id"]], "succeeded", 2 * T4[1])  # it needed twice as much
     assert models(client, first["id"]) == [T4[0], A100[0]]
 
     # more jobs die on T4s and go on to need twice as much on A100s
