@@ -36,7 +36,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("attempts", schema=None) as batch_op:
+    # dropping columns rebuilds the table on SQLite: it keeps 0011's AUTOINCREMENT
+    with op.batch_alter_table(
+        "attempts", schema=None, table_kwargs={"sqlite_autoincrement": True}
+    ) as batch_op:
         batch_op.drop_index("ix_attempts_retry_ratio")
         batch_op.drop_column("retry_ratio")
         batch_op.drop_column("needed_mib")

@@ -38,6 +38,10 @@ from service.scheduler.states import (
 )
 
 PROBLEM_MAX_CHARS = 4096  # as much of a failure's reason as agents may send
+# An OOM's retry step reads the latest of this many retry ratios, the cluster's, for
+# those its owner may learn from: ten times as many as it keeps, which bounds the read
+# (2,000 index rows) where an owner has few of them
+RETRY_RATIOS_READ = 10 * RETRY_RATIOS_KEPT
 
 
 def fail_unschedulable(*, session: Session, job: Job, problem: str) -> None:
@@ -352,13 +356,7 @@ def end_attempt(
     ending = Ending(outcome, reason, attempt.reserved_mib, attempt.peak_mib or 0, held)
     if outcome == AttemptState.OOM:
         attempt.needed_mib = oom_needed_mib(ending)
-    attempt.retry_ratio = retry_ratio(
-        [
-            AttemptEnd(AttemptState(a.state), a.peak_mib, a.needed_mib)
-            for a in job.attempts
-            if a.number <= attempt.number
-        ]
-    )
+    _note_retry_ratio(attempt)
     decision = settle(
         settings.reservation_rules(),
         ending=ending,
@@ -384,21 +382,43 @@ def end_attempt(
     job.reason = decision.reason
 
 
+def _note_retry_ratio(attempt: Attempt) -> None:
+    """Keep what the attempt, as it ended, shows of how far its job went on to need
+    after an OOM (`retry_ratio`: set on a success after one)."""
+    ends = [
+        AttemptEnd(AttemptState(a.state), a.peak_mib, a.needed_mib)
+        for a in attempt.job.attempts
+        if a.number <= attempt.number
+    ]
+    attempt.retry_ratio = retry_ratio(ends)
+
+
 def _retry_ratios(session: Session, owner: str) -> list[float]:
     """The RETRY_RATIOS_KEPT latest `retry_ratio`s (by when their attempt was placed)
-    that `owner`'s retries learn from: their own jobs', and those of jobs whose peaks
-    are trusted (an admin's, or vouched for), as the estimator lets one owner's peaks
-    answer for another's. So one user's jobs, dying and then growing, raise no one
-    else's step."""
+    that `owner`'s retries learn from: their own jobs', and those of jobs whose peaks an
+    admin stands behind (the owner is an admin, or an admin vouched for the job), so one
+    user's jobs, dying and then growing, raise no other user's step (with auth on).
+    Unlike the estimator's history it does not ask a peak to be credible, which takes a
+    training spec: a job given by its memory claim runs out of memory as truly.
+    Among the cluster's latest RETRY_RATIOS_READ only, so that an OOM's read is bounded
+    however long the history and however few of it are the owner's."""
     trusted = (
         select(Observation.id)
         .where(Observation.attempt_id == Attempt.id, Observation.trusted.is_(True))
         .exists()
     )
+    recent = (
+        select(Attempt.id)
+        .where(Attempt.retry_ratio.is_not(None))
+        .order_by(Attempt.id.desc())
+        .limit(RETRY_RATIOS_READ)
+        .subquery()
+    )
     latest = (
         select(Attempt.retry_ratio)
+        .join(recent, recent.c.id == Attempt.id)
         .join(Job, Job.id == Attempt.job_id)
-        .where(Attempt.retry_ratio.is_not(None), or_(Job.owner == owner, trusted))
+        .where(or_(Job.owner == owner, trusted))
         .order_by(Attempt.id.desc())
         .limit(RETRY_RATIOS_KEPT)
     )
@@ -522,6 +542,7 @@ def accept_late_success(
     attempt.finished_at = _agent_time(attempt, finished_at, now)
     attempt.peak_mib = max(peak_mib_by_gpu.values(), default=attempt.peak_mib)
     attempt.reason = "succeeded while its node was unreachable (reported late)"
+    _note_retry_ratio(attempt)
     job.state = JobState.SUCCEEDED
     job.finished_at = job.updated_at = now
     job.reason = attempt.reason

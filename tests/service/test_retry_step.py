@@ -8,12 +8,17 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from estimator.learned.calibration import min_conformal_points
+from service.config import Settings
+from service.db import transaction
 from service.jobs import lifecycle as service_lifecycle
+from service.jobs.models import Attempt
 from service.scheduler.lifecycle import RETRY_COVERAGE
 from tests.conftest import bearer, make_token, submit
-from tests.service.test_lifecycle import cycle
+from tests.service.test_late_reports import lose
+from tests.service.test_lifecycle import cycle, running
 from tests.service.test_lifecycle_parity import Agent
 
 T4, A100 = ("Tesla T4", 15360), ("NVIDIA A100-SXM4-40GB", 40960)
@@ -112,3 +117,22 @@ def test_a_user_s_retries_learn_from_their_own_jobs_and_trusted_ones_the_latest_
     # bob learns from the admin's latest 19 only; mallory's own count for her alone
     assert "at least 30720 MiB" in dies_on_a_t4(client, node, bob)["reason"]
     assert "at least 39936 MiB" in dies_on_a_t4(client, node, mallory)["reason"]
+
+
+def test_a_success_reported_late_teaches_as_one_reported_in_time(
+    make_client: Any, settings: Settings
+) -> None:
+    client = make_client(oom_backoff_s=0, max_jobs_per_gpu=1)
+    node = Node(client, 1)
+    job_id = dies_on_a_t4(client, node)["id"]
+    cycle(client)
+    body = {
+        "gpus": [{"uuid": uuid, "memory_used_mib": 0} for uuid in node.uuids],
+        "attempts": [running(job_id, attempt=2)],
+    }
+    assert client.post(f"/v1/nodes/{node.node_id}/heartbeat", json=body).status_code == 200
+    lose(client, settings, "n1")  # the retry ends lost: no success, no ratio
+    node.exit_latest([job_id], "succeeded", 2 * T4[1])  # it had succeeded meanwhile
+    ratios = select(Attempt.retry_ratio).where(Attempt.job_id == job_id).order_by(Attempt.number)
+    with transaction(client.app.state.sessions) as session:
+        assert list(session.scalars(ratios)) == [None, 2.0]

@@ -174,24 +174,23 @@ def test_a_waiting_job_takes_what_its_models_oom_taught_where_it_could_run_by_it
     assert reserved == pytest.approx(learned_mib if learned_mib <= 16384 else 4096)
 
 
-def test_a_retry_after_an_oom_takes_the_step_the_cluster_s_jobs_showed(
+def test_a_retry_after_an_oom_takes_the_step_the_latest_jobs_showed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """As in the service (tests/service/test_retry_step.py): 19 jobs claiming 4000 MiB
-    die filling T4s and go on to need twice that on A100s; the 20th's retry asks as
-    much, where the configured factor alone would ask 1.2 x."""
+    """As in the service (tests/service/test_retry_step.py): jobs claiming 4000 MiB die
+    filling T4s and succeed on A100s needing more; a later job's retry asks as much more
+    as the latest 19 of them needed, where the configured factor alone asks 1.2 x."""
     t4, a100 = SimGpuSpec("Tesla T4", 15360), SimGpuSpec("NVIDIA A100-SXM4-40GB", 40960)
     nodes = [SimNode("n1", (t4,) * 19 + (a100,) * 19)]
 
-    def needing_two_t4s(job_id: int, arrival_s: float) -> SimJob:
-        peaks = {t4.model: 2 * t4.memory_mib, a100.model: 2 * t4.memory_mib}
+    def needing(job_id: int, arrival_s: float, t4s: float) -> SimJob:
+        peak = round(t4s * t4.memory_mib)
         return dataclasses.replace(
             job(job_id, arrival_s, 600, 0, claim_mib=4000),
-            true_peak_mib=peaks,
-            foreseen_peak_mib=peaks,
+            true_peak_mib={t4.model: peak, a100.model: peak},
+            foreseen_peak_mib={t4.model: peak, a100.model: peak},
         )
 
-    jobs = [needing_two_t4s(job_id, 0) for job_id in range(1, 20)]
     floors: list[int | None] = []
 
     def settle(*args: Any, **kwargs: Any) -> Decision:
@@ -200,12 +199,19 @@ def test_a_retry_after_an_oom_takes_the_step_the_cluster_s_jobs_showed(
         return decision
 
     monkeypatch.setattr(engine, "settle", settle)
+    monkeypatch.setattr(engine, "RETRY_RATIOS_KEPT", 19)
     settings = SimSettings(cycle_s=0, scheduler=SchedulerConfig(headroom_mib=0, max_jobs_per_gpu=1))
     speeds = {t4.model: 1.0, a100.model: 1.0}
-    alone = Simulation(nodes, jobs[:1], Request(), NO_SLOWDOWN, speeds, settings).run()
-    assert (alone.oom_events, alone.jobs_completed, floors) == (1, 1, [18432, 18432])
-    floors.clear()
-    later = [*jobs, needing_two_t4s(20, 10_000)]
-    result = Simulation(nodes, later, Request(), NO_SLOWDOWN, speeds, settings).run()
-    assert (result.oom_events, result.jobs_completed) == (20, 20)
-    assert floors[-2:] == [30720, 30720]  # the 20th job's OOM, then its success
+
+    def last_floor(jobs: list[SimJob]) -> int | None:
+        floors.clear()
+        result = Simulation(nodes, jobs, Request(), NO_SLOWDOWN, speeds, settings).run()
+        assert (result.oom_events, result.jobs_completed) == (len(jobs), len(jobs))
+        assert floors[-2] == floors[-1]  # the last job's OOM, then its success
+        return floors[-1]
+
+    assert last_floor([needing(1, 0, 2.0)]) == 18432  # 1.2 x the T4 it filled
+    older = [needing(job_id, 0, 2.5) for job_id in range(1, 20)]
+    newer = [needing(job_id, 5_000, 2.0) for job_id in range(20, 39)]
+    assert last_floor([*older, needing(39, 10_000, 2.0)]) == 38400  # 2.5 x
+    assert last_floor([*older, *newer, needing(39, 10_000, 2.0)]) == 30720  # the latest: 2 x
