@@ -115,7 +115,8 @@ def retry_factor(rules: ReservationRules, ratios: Sequence[float]) -> float:
     measurements never showed (cuDNN benchmark workspaces, data-dependent shapes) are
     the stack's, so the cluster's jobs tell how far a job that died goes on to reach
     better than any constant does. Whose jobs teach whom is the caller's: the service
-    learns a user's step from their own jobs and those an admin vouched for.
+    learns a user's step from their own jobs and those whose peaks an admin stands
+    behind.
     """
     if len(ratios) < min_conformal_points(RETRY_COVERAGE):
         return rules.oom_factor
