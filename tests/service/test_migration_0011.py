@@ -48,7 +48,7 @@ def test_rows_survive_and_sqlite_ids_are_not_given_again(empty_database: str) ->
             {"now": NOW},
         )
         before = _rows(conn)
-    command.upgrade(alembic_config(url), "head")
+    command.upgrade(alembic_config(url), "0011")  # later ones may add columns
     with engine.begin() as conn:
         assert _rows(conn) == before
         if engine.dialect.name == "sqlite":  # PostgreSQL's sequences never reused an id
