@@ -145,6 +145,26 @@ def _made(estimator: Estimator, job: Any, wanted: list[str], made: _Answers) -> 
     return answer
 
 
+def _made_or_failed(
+    estimator: Estimator, job: Any, wanted: list[str], made: _Answers, failing: str
+) -> MadeEstimates | _Failed | None:
+    """`_made`'s answer, or for a job that has estimates to fall back on, why it failed
+    (None: before a basis was read), logged once a read for the jobs of one spec with
+    what `failing` says the job does meanwhile."""
+    key = _answer_key(job, wanted)
+    tried = key in made
+    try:
+        return _made(estimator, job, wanted, made)
+    except (OperationalError, InterfaceError):
+        raise
+    except Exception:
+        if not tried:
+            log.warning(
+                "job %d, and any waiting job of its spec, %s", job.id, failing, exc_info=True
+            )
+    return made.get(key)
+
+
 def _remade(
     estimator: Estimator,
     job: Any,
@@ -156,23 +176,9 @@ def _remade(
     A job was admitted with the estimates it has, so a remake that fails keeps them,
     judged on the basis it failed on: it is tried again once that moves, not every
     cycle (and logged once a read for the jobs of one spec)."""
-    wanted = sorted({*models, *kept})
-    key = _answer_key(job, wanted)
-    tried = key in made
-    try:
-        return _made(estimator, job, wanted, made)
-    except (OperationalError, InterfaceError):
-        raise
-    except Exception:
-        if not tried:
-            log.warning(
-                "job %d, and any waiting job of its spec, keeps its estimates: they could "
-                "not be made again",
-                job.id,
-                exc_info=True,
-            )
-    failed = made.get(key)
-    return MadeEstimates({}, failed.basis) if isinstance(failed, _Failed) else None
+    failing = "keeps its estimates: they could not be made again"
+    answer = _made_or_failed(estimator, job, sorted({*models, *kept}), made, failing)
+    return MadeEstimates({}, answer.basis) if isinstance(answer, _Failed) else answer
 
 
 def _new_estimates(
@@ -207,23 +213,14 @@ def _new_estimates(
     missing = [m for m in models if m not in kept and (remade is None or m not in remade.by_model)]
     if not missing:
         return remade
-    key = _answer_key(job, missing)
-    tried = key in made
-    try:
-        more = _made(estimator, job, missing, made)
-    except (OperationalError, InterfaceError):
-        raise
-    except Exception:
-        if not kept:
-            raise
-        # admitted with the estimates it has, it runs on those models meanwhile
-        if not tried:
-            log.warning(
-                "job %d, and any waiting job of its spec, has no estimates on GPU models "
-                "that joined since its own were made: they could not be made",
-                job.id,
-                exc_info=True,
-            )
+    if not kept:
+        more: MadeEstimates | _Failed | None = _made(estimator, job, missing, made)
+    else:  # admitted with the estimates it has, it runs on those models meanwhile
+        failing = (
+            "has none on GPU models that joined since its own were made: they could not be made"
+        )
+        more = _made_or_failed(estimator, job, missing, made, failing)
+    if not isinstance(more, MadeEstimates):
         return remade
     base = remade.by_model if remade is not None else {}
     return MadeEstimates({**base, **more.by_model}, more.basis)
