@@ -25,8 +25,10 @@ import importlib
 import logging
 import os
 import sys
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from unittest import mock
 
@@ -163,26 +165,51 @@ class SavedActivations(NamedTuple):
         return max(self.sizes, default=0)
 
 
+@dataclass
+class _Saved:
+    """A storage autograd saved: its elements and bytes, and the saved tensors that
+    hold it, weakly: it stays kept while any of them lives."""
+
+    elements: int
+    nbytes: int
+    holders: list[weakref.ref[torch.Tensor]] = field(default_factory=list)
+
+    def kept(self) -> bool:
+        return any(holder() is not None for holder in self.holders)
+
+
 def saved_activations(model: torch.nn.Module, *args: Any, **kwargs: Any) -> SavedActivations:
-    """What autograd keeps for backward in one forward pass of `model`."""
+    """What autograd keeps for backward in one forward pass of `model`: the storages
+    still saved once the forward ends. What a branch saved whose graph the forward
+    dropped (a value computed and discarded) is freed then, on a GPU as here, and its
+    storage's address can be a later storage's: storages are told apart by address
+    only while a saved tensor holds them."""
     params = {p.untyped_storage()._cdata for p in model.parameters()}
-    saved: dict[int, tuple[int, int]] = {}  # storage -> (elements, bytes)
+    saved: dict[int, _Saved] = {}  # by storage address
     scores: Scores = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
         if storage._cdata not in params:
-            nbytes = storage.nbytes()
-            saved[storage._cdata] = (nbytes // max(tensor.element_size(), 1), nbytes)
+            entry = saved.get(storage._cdata)
+            if entry is None or not entry.kept():  # new, or an address freed and reused
+                nbytes = storage.nbytes()
+                entry = _Saved(nbytes // max(tensor.element_size(), 1), nbytes)
+                saved[storage._cdata] = entry
+            # autograd holds what is returned until its graph is dropped: detached, so
+            # that a saved output holds no graph (as autograd's own saving does not)
+            tensor = tensor.detach()
+            entry.holders.append(weakref.ref(tensor))
         return tensor
 
     hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
     with hooks, fused_attention(scores):
         output = model(*args, **kwargs)
-    kept_scores = [count for storage, (_, count) in scores.items() if storage in saved]
+    kept = {storage: entry for storage, entry in saved.items() if entry.kept()}
+    kept_scores = [count for storage, (_, count) in scores.items() if storage in kept]
     return SavedActivations(
-        tuple(count for count, _ in saved.values()),
-        sum(nbytes for _, nbytes in saved.values()),
+        tuple(entry.elements for entry in kept.values()),
+        sum(entry.nbytes for entry in kept.values()),
         sum(kept_scores),
         max(kept_scores, default=0),
         output,

@@ -115,6 +115,30 @@ def recurrent():
     return Recurrent(), (torch.empty(2, 5, 8), torch.zeros(2, 2, 16))
 
 
+class Discards(torch.nn.Module):
+    # values computed and dropped before the kept path (a probe, a branch not taken):
+    # what their graphs saved is freed with them, and later storages may take its
+    # addresses
+
+    def __init__(self, dropped=0):
+        super().__init__()
+        self.mix = torch.nn.Linear(32, 32)
+        self.dropped = dropped
+
+    def forward(self, x):
+        for _ in range(self.dropped):
+            self.mix(x).relu().exp()
+        return self.mix(x).relu().exp()
+
+
+def kept_path():
+    return Discards(), torch.empty(2, 32)
+
+
+def dropped_branches():
+    return Discards(dropped=16), torch.empty(2, 32)
+
+
 def broken():
     return torch.nn.Linear(8, 8), torch.empty(2, 9)
 
@@ -261,6 +285,22 @@ def test_a_model_that_takes_no_doubled_batch_is_traced_at_its_example_batch(
     kept = saved_activations(model.to("meta"), x.to("meta"), state.to("meta"))
     assert summary.activations_per_sample == kept.elements // 2 > 0
     assert summary.fixed_activations == 0
+
+
+def test_what_a_forward_computed_and_dropped_is_not_counted(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only what is still saved once the forward ends is kept for backward: 16 dropped
+    branches, whose saved ReLU and exp outputs were freed with their graphs (and whose
+    addresses later storages may reuse), trace as the kept path alone: per sample the
+    Linear's input, the ReLU's output and the exp's (3 x 32)."""
+    need("torchvision")
+    from estimator.trace import trace
+
+    monkeypatch.chdir(project)
+    kept = trace("mymodels:kept_path")
+    assert kept.activations_per_sample == 3 * 32
+    assert trace("mymodels:dropped_branches") == kept
 
 
 @pytest.mark.parametrize(
