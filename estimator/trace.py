@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import gc
 import importlib
 import logging
 import os
@@ -181,9 +182,9 @@ class _Saved:
 def saved_activations(model: torch.nn.Module, *args: Any, **kwargs: Any) -> SavedActivations:
     """What autograd keeps for backward in one forward pass of `model`: the storages
     still saved once the forward ends. What a branch saved whose graph the forward
-    dropped (a value computed and discarded) is freed then, on a GPU as here, and its
-    storage's address can be a later storage's: storages are told apart by address
-    only while a saved tensor holds them."""
+    dropped (a value computed and discarded) is freed then, as it would be on a GPU,
+    and its storage's address can be a later storage's: storages are told apart by
+    address only while a saved tensor holds them."""
     params = {p.untyped_storage()._cdata for p in model.parameters()}
     saved: dict[int, _Saved] = {}  # by storage address
     scores: Scores = {}
@@ -205,6 +206,9 @@ def saved_activations(model: torch.nn.Module, *args: Any, **kwargs: Any) -> Save
     hooks = torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
     with hooks, fused_attention(scores):
         output = model(*args, **kwargs)
+    # a dropped graph that the model's own code left in a reference cycle (a custom
+    # Function keeping its output on `ctx`) is freed now, not when the collector runs
+    gc.collect()
     kept = {storage: entry for storage, entry in saved.items() if entry.kept()}
     kept_scores = [count for storage, (_, count) in scores.items() if storage in kept]
     return SavedActivations(

@@ -117,17 +117,22 @@ def recurrent():
 
 class Discards(torch.nn.Module):
     # values computed and dropped before the kept path (a probe, a branch not taken):
-    # what their graphs saved is freed with them, and later storages may take its
-    # addresses
+    # what their graphs saved is freed with them, and the kept path's narrower storages
+    # may take their addresses; one dropped graph is kept alive by a reference cycle
+    # until the collector runs
 
     def __init__(self, dropped=0):
         super().__init__()
+        self.wide = torch.nn.Linear(32, 1024)
         self.mix = torch.nn.Linear(32, 32)
         self.dropped = dropped
 
     def forward(self, x):
         for _ in range(self.dropped):
-            self.mix(x).relu().exp()
+            self.wide(x).relu().exp()
+        if self.dropped:
+            cycle = [self.wide(x).relu()]
+            cycle.append(cycle)
         return self.mix(x).relu().exp()
 
 
@@ -136,7 +141,7 @@ def kept_path():
 
 
 def dropped_branches():
-    return Discards(dropped=16), torch.empty(2, 32)
+    return Discards(dropped=4), torch.empty(2, 32)
 
 
 def broken():
@@ -290,17 +295,21 @@ def test_a_model_that_takes_no_doubled_batch_is_traced_at_its_example_batch(
 def test_what_a_forward_computed_and_dropped_is_not_counted(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only what is still saved once the forward ends is kept for backward: 16 dropped
+    """Only what is still saved once the forward ends is kept for backward: dropped
     branches, whose saved ReLU and exp outputs were freed with their graphs (and whose
-    addresses later storages may reuse), trace as the kept path alone: per sample the
-    Linear's input, the ReLU's output and the exp's (3 x 32)."""
+    addresses the kept path's storages may reuse), or are freed once a reference cycle
+    is collected, trace as the kept path alone: per sample the Linear's input, the
+    ReLU's output and the exp's (3 x 32), in every run."""
     need("torchvision")
     from estimator.trace import trace
 
     monkeypatch.chdir(project)
     kept = trace("mymodels:kept_path")
     assert kept.activations_per_sample == 3 * 32
-    assert trace("mymodels:dropped_branches") == kept
+    for _ in range(5):
+        dropped = trace("mymodels:dropped_branches")
+        assert dropped.activations_per_sample == kept.activations_per_sample
+        assert dropped == kept
 
 
 @pytest.mark.parametrize(
