@@ -366,8 +366,17 @@ class _State:
         return gpu.free_mib(self.headroom), gpu.jobs, self.indexable[gpu.id]
 
     def largest_free(self, job: PendingJob) -> int:
+        """The most free on a GPU the job may run on: of a model it allows and has a
+        demand for (a job left without estimates on a model runs elsewhere)."""
         models = job.gpu_models if job.gpu_models is not None else self.index.keys()
-        return max((entries[-1][0] for m in models if (entries := self.index.get(m))), default=0)
+        return max(
+            (
+                entries[-1][0]
+                for m in models
+                if job.demand_for(m) is not None and (entries := self.index.get(m))
+            ),
+            default=0,
+        )
 
     def reserve(self, job: PendingJob, gpu_ids: tuple[int, ...], reserved: tuple[int, ...]) -> None:
         for gpu_id, mib in zip(gpu_ids, reserved, strict=True):

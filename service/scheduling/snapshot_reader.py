@@ -145,22 +145,38 @@ def _made(estimator: Estimator, job: Any, wanted: list[str], made: _Answers) -> 
     return answer
 
 
+# The last read's failed answers, by answer key: the basis each failed on. A job that
+# runs on its own estimates while those for new GPU models cannot be made has nothing
+# stored that says so, and is tried again each read; its failure is logged only when
+# new (the last read did not meet it on that basis). A later read keeps only the keys it
+# met; whichever thread reads last sets it, which at worst logs a failure again.
+_last_failures: dict[str, str] = {}
+
+
 def _made_or_failed(
     estimator: Estimator, job: Any, wanted: list[str], made: _Answers, failing: str
 ) -> MadeEstimates | _Failed | None:
     """`_made`'s answer, or for a job that has estimates to fall back on, why it failed
-    (None: before a basis was read), logged once a read for the jobs of one spec with
-    what `failing` says the job does meanwhile."""
+    (None: before a basis was read), logged once for the jobs of one spec while it fails
+    on one basis, with what `failing` says the job does meanwhile: as a warning where
+    the estimator refused the spec, as an error where it broke."""
     key = _answer_key(job, wanted)
     tried = key in made
     try:
         return _made(estimator, job, wanted, made)
     except (OperationalError, InterfaceError):
         raise
-    except Exception:
-        if not tried:
-            log.warning(
-                "job %d, and any waiting job of its spec, %s", job.id, failing, exc_info=True
+    except Exception as exc:
+        answer = made.get(key)
+        known = isinstance(answer, _Failed) and _last_failures.get(key) == answer.basis
+        if not tried and not known:
+            refused = isinstance(exc, (ApiError, ValidationError))
+            log.log(
+                logging.WARNING if refused else logging.ERROR,
+                "job %d, and any waiting job of its spec, %s",
+                job.id,
+                failing,
+                exc_info=True,
             )
     return made.get(key)
 
@@ -175,7 +191,7 @@ def _remade(
     """A waiting job's stale estimates made again on every GPU model (None: they stand).
     A job was admitted with the estimates it has, so a remake that fails keeps them,
     judged on the basis it failed on: it is tried again once that moves, not every
-    cycle (and logged once a read for the jobs of one spec)."""
+    cycle (and logged once for the jobs of one spec)."""
     failing = "keeps its estimates: they could not be made again"
     answer = _made_or_failed(estimator, job, sorted({*models, *kept}), made, failing)
     return MadeEstimates({}, answer.basis) if isinstance(answer, _Failed) else answer
@@ -197,8 +213,8 @@ def _new_estimates(
     it waited, so that one job's OOM does not repeat in the next of its kind. Estimates
     an attempt was placed with (`ran_before`) stay what it was judged by; its retry
     goes by the floor its end set. A job admitted with estimates whose new models' can
-    not be made runs on the models it has them for meanwhile (logged once a read for
-    the jobs of one spec)."""
+    not be made runs on the models it has them for meanwhile; they are tried again each
+    read, and the failure logged once for the jobs of one spec while its basis stands."""
     if not _estimated(job):
         return None
     remade = None
@@ -478,6 +494,8 @@ def read_snapshot(
         placeable[job.id] = WaitingRow(job.id, attempts.get(job.id, 0), job.reason)
         if made is not None:
             new_estimates[job.id] = made
+    global _last_failures
+    _last_failures = {key: a.basis for key, a in answers.items() if isinstance(a, _Failed)}
     snapshot = Snapshot(
         nodes=tuple(nodes),
         gpus=tuple(gpus.values()),

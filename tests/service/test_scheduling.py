@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from estimator.estimate import Estimator as estimator_type
 from estimator.estimate import default_estimator
 from estimator.spec import TrainingSpec
 from service.db import transaction
@@ -269,34 +270,62 @@ def test_a_remake_that_fails_keeps_the_estimates_and_is_not_tried_every_cycle(
     assert attempt["reserved_mib"] == admitted["upper_mib"]
 
 
+@pytest.mark.parametrize(
+    "error, level",
+    [
+        (ApiError(422, "unknown_model", "the estimator refuses this spec now"), logging.WARNING),
+        (KeyError("a bug in the estimator"), logging.ERROR),
+    ],
+)
 def test_a_job_whose_estimates_cannot_be_made_on_a_new_gpu_model_runs_on_its_old_ones(
-    client: TestClient, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    client: TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    error: Exception,
+    level: int,
 ) -> None:
     """Estimates for a GPU model that joined after a job was admitted are made when the
     scheduler next reads it; where the estimator refuses them now, the job neither
-    fails nor waits: it runs where its own estimates say it fits."""
+    fails nor waits: it runs where its own estimates say it fits, never on the new
+    model, which its reason does not count either. The failure is logged once while it
+    rests on one basis, and again once that moves: a warning where the estimator refused
+    the spec, an error where it broke."""
     a100 = register_node(client, "n1", [("NVIDIA A100-SXM4-40GB", 40960)])
     filler = submit(client, memory_mib=40000)
     cycle(client)
     waiting, twin = (submit(client, training=RESNET) for _ in range(2))
     (admitted,) = waiting["estimates"]
-    register_node(client, "n2", [("Tesla T4", 15360)])  # its GPUs are all taken below
-    taken = submit(client, memory_mib=15000)
+    register_node(client, "n2", [("Tesla T4", 15360)])  # free, and left so
 
     def refused(*_args: Any) -> None:
-        raise ApiError(422, "unknown_model", "the estimator refuses this spec now")
+        raise error
 
     monkeypatch.setattr(submission, "estimate_for", refused)
+
+    def warned() -> int:
+        logged = [r for r in caplog.records if "GPU models that joined" in r.getMessage()]
+        assert {r.levelno for r in logged} <= {level}
+        return len(logged)
+
     with caplog.at_level(logging.WARNING, logger=snapshot_reader.log.name):
-        cycle(client)  # the T4 goes to `taken`
+        cycle(client)
+        assert warned() == 1  # for the two jobs of one spec
+        cycle(client)
+        explained = client.get(f"/v1/jobs/{waiting['id']}/explain").json()
+        cycle(client)
+        assert warned() == 1  # not again by the next cycles, nor by a user's explain
+        moved = estimator_type.basis
+        monkeypatch.setattr(estimator_type, "basis", lambda self, spec: moved(self, spec) + "+")
+        cycle(client)
+        assert warned() == 2  # what it rests on moved: tried, and failing, anew
         beat(client, a100, [exited(filler["id"], peak=1000)])
         cycle(client)
-    warned = [r for r in caplog.records if "GPU models that joined" in r.getMessage()]
-    assert len(warned) == 2  # once a read for the two jobs of one spec
-    assert [a["gpus"][0]["model"] for a in job_of(client, taken["id"])["attempts"]] == ["Tesla T4"]
+    # the most free where it may run is the A100's, not the empty T4's 14.8 GiB
+    assert "the most free on an eligible GPU is 0.7 GiB" in explained["summary"]
     for job in (waiting, twin):
         shown = job_of(client, job["id"])
         assert shown["estimates"] == [admitted]
+        assert [a["gpus"][0]["model"] for a in shown["attempts"]] == ["NVIDIA A100-SXM4-40GB"]
         assert [a["reserved_mib"] for a in shown["attempts"]] == [admitted["upper_mib"]]
 
 
