@@ -11,8 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from estimator.estimate import Estimator as estimator_type
-from estimator.estimate import default_estimator
+from estimator.estimate import Estimator, default_estimator
 from estimator.spec import TrainingSpec
 from service.db import transaction
 from service.errors import ApiError
@@ -314,8 +313,8 @@ def test_a_job_whose_estimates_cannot_be_made_on_a_new_gpu_model_runs_on_its_old
         explained = client.get(f"/v1/jobs/{waiting['id']}/explain").json()
         cycle(client)
         assert warned() == 1  # not again by the next cycles, nor by a user's explain
-        moved = estimator_type.basis
-        monkeypatch.setattr(estimator_type, "basis", lambda self, spec: moved(self, spec) + "+")
+        moved = Estimator.basis
+        monkeypatch.setattr(Estimator, "basis", lambda self, spec: moved(self, spec) + "+")
         cycle(client)
         assert warned() == 2  # what it rests on moved: tried, and failing, anew
         beat(client, a100, [exited(filler["id"], peak=1000)])
