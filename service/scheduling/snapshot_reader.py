@@ -178,7 +178,7 @@ def _made_or_failed(
                 failing,
                 exc_info=True,
             )
-    return made.get(key)
+        return answer
 
 
 def _remade(

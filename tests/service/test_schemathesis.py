@@ -16,8 +16,8 @@ from tests.conftest import bearer, register_node, submit
 
 # This test looks for 5xx answers and answers outside the schema, not for slow ones
 # (timing never decides a test). Schemathesis's default 10 s read timeout failed one
-# CI run on a 404 heartbeat that took longer once on a loaded machine and at once on
-# its replay; a request that hangs for good still fails, after this long.
+# CI run on a 404 heartbeat that took longer once and answered at once on its replay
+# (cause not found); a request that hangs for good still fails, after this long.
 HUNG_S = 60
 
 
