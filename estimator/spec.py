@@ -131,6 +131,9 @@ class LayerSummary(Strict):
     # saved elements a step keeps once whatever its batch (weights standardised in the
     # forward, position tables)
     fixed_activations: int = Field(default=0, ge=0, le=10**13)
+    # bytes a step keeps once under torch.autocast, autocast's 16-bit weight copies
+    # among them (0: unknown, `fixed_activations` at 16 bits beside those copies)
+    autocast_fixed_bytes: int = Field(default=0, ge=0, le=10**14)
 
 
 class ModelRef(Strict):

@@ -322,15 +322,24 @@ def _fake_gpu() -> Iterator[tuple[FakeTensorMode, Any]]:
         FakeTensorMode.cache_clear()  # one cache for the process: a catalog build's thousands
 
 
-def autocast_bytes_per_sample(model: torch.nn.Module, *args: Any, **kwargs: Any) -> int:
-    """Bytes of activations one sample keeps under `torch.autocast` (float16; bfloat16
-    is as wide) on a GPU: matmuls and convolutions save 16-bit tensors, while layer
-    norm, softmax and sums with fp32 parameters (a residual stream beside a position
-    embedding) save fp32 ones (PyTorch's autocast op lists). Autocast acts on CUDA
-    tensors only, so the forward runs on fake ones (`_fake_gpu`), at the example batch
-    and at twice it: the difference, per added sample, leaves out what does not grow
-    with the batch (autocast's 16-bit copies of the weights, kept for backward, are
-    counted with the model's states)."""
+class AutocastBytes(NamedTuple):
+    """What a forward keeps for backward under `torch.autocast`, in bytes."""
+
+    per_sample: int  # kept for each sample
+    fixed: int  # kept once a step whatever the batch: the 16-bit weight copies among it
+
+
+def autocast_bytes(model: torch.nn.Module, *args: Any, **kwargs: Any) -> AutocastBytes:
+    """Bytes a forward keeps under `torch.autocast` (float16; bfloat16 is as wide) on a
+    GPU: matmuls and convolutions save 16-bit tensors, while layer norm, softmax and
+    sums with fp32 parameters (a residual stream beside a position embedding) save fp32
+    ones (PyTorch's autocast op lists). Autocast acts on CUDA tensors only, so the
+    forward runs on fake ones (`_fake_gpu`), at the example batch and at twice it: the
+    difference is what each added sample keeps, the rest what a step keeps once. That
+    part is autocast's 16-bit copy of each weight a matmul or convolution takes, or of
+    the weight a model standardises in its forward in place of the raw one (NF-Nets,
+    BiT), so it tells whether the fp32 `fixed_activations` have a 16-bit copy of their
+    own or stand in for the weights' (`analytical/model.py`)."""
     samples = _batch_size(args, kwargs)
     totals = []
     with _fake_gpu() as (mode, cast):
@@ -342,17 +351,20 @@ def autocast_bytes_per_sample(model: torch.nn.Module, *args: Any, **kwargs: Any)
                 totals.append(saved_activations(fake, *batch, **named).nbytes)
     if totals[1] <= totals[0]:
         raise ValueError("the activations did not grow with the batch")
-    return (totals[1] - totals[0]) // samples
+    grown = totals[1] - totals[0]
+    return AutocastBytes(grown // samples, max(0, totals[0] - grown))
 
 
-def autocast_bytes_where_it_runs(model: torch.nn.Module, *args: Any, **kwargs: Any) -> int:
-    """`autocast_bytes_per_sample`, or 0 (unknown: `amp_*` is then estimated at 16 bits
-    an element) where a model cannot run on fake CUDA tensors (an LSTM's cuDNN kernel,
-    an input that is not batch-first)."""
+def autocast_bytes_where_it_runs(
+    model: torch.nn.Module, *args: Any, **kwargs: Any
+) -> AutocastBytes:
+    """`autocast_bytes`, or zeros (unknown: `amp_*` is then estimated at 16 bits an
+    element) where a model cannot run on fake CUDA tensors (an LSTM's cuDNN kernel, an
+    input that is not batch-first)."""
     try:
-        return autocast_bytes_per_sample(model, *args, **kwargs)
+        return autocast_bytes(model, *args, **kwargs)
     except Exception:
-        return 0
+        return AutocastBytes(0, 0)
 
 
 def layer_kind(module: torch.nn.Module) -> str | None:
@@ -470,13 +482,15 @@ def trace(target: str, input_shape: tuple[int, ...] | None = None) -> LayerSumma
     except Exception as exc:
         raise TraceError(f"tracing {target} failed: {type(exc).__name__}: {exc}") from exc
     shape = describe(model)
+    autocast = autocast_bytes_where_it_runs(model, *args, **kwargs)
     return LayerSummary(
         params=shape["params"],
         activations_per_sample=growth.per_sample,
         largest_activation_per_sample=growth.largest,
         attention_scores_per_sample=saved.scores // samples,
         largest_attention_scores_per_sample=saved.largest_scores // samples,
-        autocast_bytes_per_sample=autocast_bytes_where_it_runs(model, *args, **kwargs),
+        autocast_bytes_per_sample=autocast.per_sample,
         fixed_activations=growth.fixed,
+        autocast_fixed_bytes=autocast.fixed,
         layers=shape["layers"],
     )

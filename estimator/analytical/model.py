@@ -75,6 +75,7 @@ class ModelShape:
     largest_attention_scores_per_sample: float = 0.0  # one attention call's
     autocast_bytes_per_sample: float = 0.0  # activations' bytes under autocast (0: unknown)
     fixed_activations: float = 0.0  # saved elements a step keeps whatever its batch
+    autocast_fixed_bytes: float = 0.0  # what a step keeps once under autocast (0: unknown)
 
 
 def _transformer_shape(name: str, params: int, dims: TransformerDims) -> ModelShape:
@@ -130,6 +131,7 @@ def resolve(spec: TrainingSpec) -> ModelShape:
             largest_attention_scores_per_sample=float(summary.largest_attention_scores_per_sample),
             autocast_bytes_per_sample=float(summary.autocast_bytes_per_sample),
             fixed_activations=float(summary.fixed_activations),
+            autocast_fixed_bytes=float(summary.autocast_fixed_bytes),
         )
     assert ref.catalog is not None
     try:
@@ -155,6 +157,7 @@ def resolve(spec: TrainingSpec) -> ModelShape:
         float(entry.largest_attention_scores_per_sample),
         float(entry.autocast_bytes_per_sample),
         float(entry.fixed_activations),
+        float(entry.autocast_fixed_bytes),
     )
 
 
@@ -224,6 +227,20 @@ class Breakdown:
         }
 
 
+def _kept_once_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: float) -> float:
+    """Bytes of `fixed_activations` at the reference input, beyond autocast's 16-bit
+    weight copies (charged with the weights, `_model_states`). Under autocast a
+    standardised weight's 16-bit cast is what its convolution keeps, in place of the
+    raw weight's (NFNet-F0: 137 MiB kept once, not the 225 that the fp32 standardised
+    weights at 16 bits beside a copy of every weight would make; bench/RESULTS.md): so
+    where the traced autocast forward measured what it keeps once, that is charged,
+    less the copies."""
+    if autocast(spec.precision) and shape.autocast_fixed_bytes:
+        copies = shape.params * state_bytes(spec.precision, spec.master_weights).autocast_cache
+        return max(0.0, shape.autocast_fixed_bytes - copies)
+    return shape.fixed_activations * element_bytes
+
+
 def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: float) -> float:
     """Saved activations (per sample, and those a step keeps once whatever its batch)
     plus the two gradient buffers of the largest one, and with `flash_attention: false`
@@ -257,7 +274,7 @@ def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: floa
     # of tokens do (pixels squared: Swin-V2's continuous position bias traces 91M, 287M
     # and 907M elements at 288, 384 and 512 px); a larger input is charged the steeper
     # growth, a smaller one what the reference input keeps
-    kept += shape.fixed_activations * max(pixels, 1.0) ** 2 * element_bytes
+    kept += _kept_once_bytes(spec, shape, element_bytes) * max(pixels, 1.0) ** 2
     if spec.activation_checkpointing == "full":
         # checkpoint every sqrt(n)-th layer: O(sqrt(n)) memory (Chen et al. 2016,
         # "Training Deep Nets with Sublinear Memory Cost")

@@ -31,7 +31,7 @@ OTHER_FORMS = (
     "ffn_hidden, vocab, kv_heads}}, as {hf_config: {...its config.json...}}, or as "
     "{summary: {params, activations_per_sample, largest_activation_per_sample, layers, "
     "attention_scores_per_sample, largest_attention_scores_per_sample, "
-    "autocast_bytes_per_sample, fixed_activations}}, "
+    "autocast_bytes_per_sample, fixed_activations, autocast_fixed_bytes}}, "
     "which `colloc estimate --trace pkg.module:factory` writes from your own code"
 )
 
@@ -61,6 +61,7 @@ class CatalogEntry:
     attention_scores_exponent: float = 2.0
     largest_attention_scores_per_sample: int = 0  # one attention call's
     autocast_bytes_per_sample: int = 0  # under torch.autocast (0: not measured)
+    autocast_fixed_bytes: int = 0  # kept once a step under torch.autocast (0: not measured)
     reference_size: int = 0
     hf_config: dict[str, Any] | None = None
     num_classes: int = 0  # timm: the default head's classes
@@ -99,6 +100,7 @@ def _entry(source: str, raw: dict[str, Any]) -> CatalogEntry:
         attention_scores_exponent=float(raw.get("attention_scores_exponent") or 2.0),
         largest_attention_scores_per_sample=int(raw.get("largest_attention_scores_per_sample", 0)),
         autocast_bytes_per_sample=int(raw.get("autocast_bytes_per_sample", 0)),
+        autocast_fixed_bytes=int(raw.get("autocast_fixed_bytes") or 0),
         reference_size=int(raw.get("reference_size", 0)),
         hf_config=raw.get("hf_config"),
         num_classes=int(raw.get("num_classes", 0)),
@@ -149,7 +151,12 @@ def _find(source: Source, key: str) -> CatalogEntry | None:
     if classes == entry.num_classes:
         return entry
     head = (classes - entry.num_classes) * (entry.head_features + 1)  # weights and biases
-    return replace(entry, name=f"{entry.name}.{tag}", params=entry.params + head)
+    # what autocast keeps once grows by the head's 16-bit copy, as the estimator takes
+    # a copy of every parameter out of it (`analytical/model.py`, `_kept_once_bytes`)
+    kept = entry.autocast_fixed_bytes and entry.autocast_fixed_bytes + head * 2
+    return replace(
+        entry, name=f"{entry.name}.{tag}", params=entry.params + head, autocast_fixed_bytes=kept
+    )
 
 
 def lookup(name: str) -> CatalogEntry:

@@ -56,6 +56,7 @@ VISION_FIELDS = [
     "attention_scores_exponent",
     "largest_attention_scores_per_sample",
     "autocast_bytes_per_sample",
+    "autocast_fixed_bytes",
     "reference_size",
     "layers",
 ]
@@ -110,9 +111,15 @@ def scores_entry(saved: SavedActivations) -> dict[str, int]:
 
 
 def autocast_entry(model: torch.nn.Module, inputs: dict[str, Any]) -> dict[str, int]:
-    """`autocast_bytes_per_sample`, left out where it cannot be measured."""
+    """What a step keeps under autocast, per sample and once (`trace.autocast_bytes`),
+    left out where it cannot be measured."""
     measured = autocast_bytes_where_it_runs(model, **inputs)
-    return {"autocast_bytes_per_sample": measured} if measured else {}
+    if not measured.per_sample:
+        return {}
+    return {
+        "autocast_bytes_per_sample": measured.per_sample,
+        "autocast_fixed_bytes": measured.fixed,
+    }
 
 
 def measured(
@@ -160,6 +167,26 @@ def timm_entry(name: str) -> dict[str, Any]:
     pretrained: dict[str, Any] = getattr(model, "pretrained_cfg", {})
     size = int(pretrained.get("input_size", (3, 224, 224))[-1])
     return measured(name, lambda s: build_timm(name, s), images, size) | timm_head(name, model)
+
+
+def completed(
+    name: str, entry: dict[str, Any], build: Callable[[int], torch.nn.Module]
+) -> dict[str, int]:
+    """What an entry built before `autocast_fixed_bytes` lacks: both autocast figures,
+    measured again at its reference input."""
+    if "autocast_fixed_bytes" in entry:
+        return {}
+    size = int(entry["reference_size"])
+    return autocast_entry(on_meta(lambda: build(size)), images(size))
+
+
+def timm_completed(name: str, entry: dict[str, Any]) -> dict[str, int]:
+    head = {} if "head_features" in entry else timm_head(name)
+    return head | completed(name, entry, lambda size: build_timm(name, size))
+
+
+def torchvision_completed(name: str, entry: dict[str, Any]) -> dict[str, int]:
+    return completed(name, entry, lambda size: build_torchvision(name, size))
 
 
 def timm_head(name: str, model: torch.nn.Module | None = None) -> dict[str, int]:
@@ -247,21 +274,23 @@ class Builder:
         source: str,
         names: list[str],
         make: Callable[[str], dict[str, Any]],
-        complete: Callable[[str], dict[str, Any]] | None = None,
+        complete: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
         reuse: bool = True,
+        fields: list[str] = VISION_FIELDS,
     ) -> dict[str, dict[str, Any]]:
-        """Entries by name; `complete` adds the fields a kept entry may lack."""
+        """Entries by name; `complete` adds the `fields` a kept entry lacks (a field
+        added since it was built) from the name and the entry."""
         kept = read_entries(source) if self.reuse and reuse else {}
         built: dict[str, dict[str, Any]] = {}
         for number, name in enumerate(names, 1):
             try:
                 if name not in kept:
                     built[name] = make(name)
-                elif complete and not set(TIMM_FIELDS) <= set(kept[name]):
-                    built[name] = kept[name] | complete(name)
                 else:
                     built[name] = kept[name]
-            except Exception as exc:  # recorded in the output, not fatal
+                    if complete and not set(fields) <= set(kept[name]):
+                        built[name] = kept[name] | complete(name, kept[name])
+            except Exception as exc:  # recorded in the output, not fatal (a kept entry stays)
                 self.failures[f"{source}:{name}"] = f"{type(exc).__name__}: {exc}"[:300]
             print(f"{source}: {number}/{len(names)} {name}", file=sys.stderr)
         return built
@@ -295,12 +324,14 @@ def main() -> int:
         import torchvision
 
         names = sorted(torchvision.models.list_models(module=torchvision.models))
-        built = builder.collect("torchvision", names, torchvision_entry)
+        built = builder.collect("torchvision", names, torchvision_entry, torchvision_completed)
         write_rows("torchvision", built, VISION_FIELDS)
     if args.only in (None, "timm"):
         import timm
 
-        built = builder.collect("timm", sorted(timm.list_models()), timm_entry, timm_head)
+        built = builder.collect(
+            "timm", sorted(timm.list_models()), timm_entry, timm_completed, fields=TIMM_FIELDS
+        )
         write_rows("timm", built, TIMM_FIELDS, **timm_names_and_tags(built))
     if args.only in (None, "hf"):
         from estimator.catalog import hf_build

@@ -132,6 +132,11 @@ DESCRIPTIONS: dict[str, dict[str, str]] = {
             "activation elements a step saves once whatever its batch (standardised "
             "weights, position tables)"
         ),
+        "autocast_fixed_bytes": (
+            "bytes a step saves once under `torch.autocast`, its 16-bit weight copies "
+            "among them (charged with `amp_*`; 0: `fixed_activations` at 16 bits beside "
+            "a copy of every weight)"
+        ),
     },
     "Parallelism": {
         "dp": "data-parallel ranks",

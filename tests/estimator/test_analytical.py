@@ -130,6 +130,66 @@ def test_what_a_step_keeps_once_is_charged_once_not_per_sample() -> None:
     assert breakdown(traced, None).activations * MIB == pytest.approx(activations(32))
 
 
+@pytest.mark.parametrize(
+    ("precision", "autocast_fixed_bytes", "charged"),
+    [
+        ("amp_bf16", 2_500_000, 500_000),  # beyond the 2,000,000 bytes of weight copies
+        ("amp_fp16", 1_500_000, 0),  # no fewer than the copies, charged with the weights
+        ("amp_bf16", 0, 1_000_000),  # not measured: the fp32 elements at 16 bits
+        ("bf16", 2_500_000, 1_000_000),  # no autocast: the elements at 16 bits
+        ("fp32", 2_500_000, 2_000_000),
+    ],
+)
+def test_what_autocast_keeps_once_is_charged_under_autocast_alone(
+    precision: str, autocast_fixed_bytes: int, charged: int
+) -> None:
+    summary = {
+        "params": 10**6,
+        "activations_per_sample": 10**4,
+        "fixed_activations": 500_000,
+        "autocast_fixed_bytes": autocast_fixed_bytes,
+        "layers": {"linear": 8},
+    }
+
+    def activations(batch: int) -> float:
+        body = {
+            "model": {"summary": summary},
+            "batch_size": batch,
+            "precision": precision,
+            "optimizer": "sgd",  # no optimizer-step temporaries to outweigh them
+        }
+        return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
+
+    assert 2 * activations(1) - activations(2) == pytest.approx(charged, abs=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("name", "standardised"),
+    [("timm:nfnet_f0", True), ("timm:resnetv2_50x1_bit", True), ("timm:resnet50", False)],
+)
+def test_under_autocast_a_step_keeps_once_what_its_traced_forward_kept(
+    name: str, standardised: bool
+) -> None:
+    """Under autocast a standardised weight's 16-bit cast stands in for autocast's copy
+    of the raw weight: what NF-Nets and BiT keep once a step is about a 16-bit copy of
+    every weight, as for any model (bench/RESULTS.md), not their fp32 once-kept elements
+    at 16 bits beside such a copy. The catalog's traced figure is charged, the copies
+    with the weights and the rest with the activations."""
+    model = lookup(name)
+    copies = model.params * 2
+    assert model.autocast_fixed_bytes == pytest.approx(copies, rel=0.01)
+
+    def activations(batch: int) -> float:
+        body = {"model": {"catalog": name}, "batch_size": batch, "precision": "amp_bf16"}
+        return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
+
+    kept_once = 2 * activations(32) - activations(64)
+    assert kept_once == pytest.approx(max(0, model.autocast_fixed_bytes - copies), abs=1)
+    # the fp32 once-kept elements: the standardised weights, about one a parameter
+    assert (model.fixed_activations > model.params / 2) is standardised
+    assert kept_once < model.fixed_activations * 2 / 10 or not standardised
+
+
 def test_what_a_step_keeps_once_grows_with_a_larger_input_and_checkpointing_shrinks_it() -> None:
     """Swin-V2's continuous position bias is a table over pairs of tokens: charged as
     traced at its reference input (384 px) or a smaller one, and as the pixels squared

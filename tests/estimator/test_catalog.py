@@ -72,6 +72,26 @@ def test_a_tag_with_another_classifier_changes_the_parameters() -> None:
     in21k = lookup("timm:vit_base_patch16_224.augreg_in21k")
     assert base.num_classes == 1000 and base.head_features == 768
     assert in21k.params - base.params == (21843 - 1000) * (768 + 1)
+    # autocast's 16-bit copy of the wider head is kept once a step
+    extra = in21k.autocast_fixed_bytes - base.autocast_fixed_bytes
+    assert extra == (21843 - 1000) * (768 + 1) * 2
+
+
+def test_a_tag_with_another_classifier_keeps_the_once_kept_tables_under_autocast() -> None:
+    """BEiT keeps its relative position tables once a step beside autocast's weight
+    copies: a tag with a wider head adds that head's copy to both, so the tables are
+    still charged under `amp_*`, not taken for the copies the wider head adds."""
+
+    def kept_once(name: str) -> float:
+        def activations(batch: int) -> float:
+            body = {"model": {"catalog": name}, "batch_size": batch, "precision": "amp_bf16"}
+            return breakdown(TrainingSpec.model_validate(body), None).activations
+
+        return 2 * activations(8) - activations(16)
+
+    base = "timm:beit_base_patch16_224"
+    assert kept_once(base) > 1  # MiB
+    assert kept_once(f"{base}.in22k_ft_in22k") == pytest.approx(kept_once(base))
 
 
 def test_all_torchvision_classification_models_are_there() -> None:

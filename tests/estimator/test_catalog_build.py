@@ -58,6 +58,30 @@ def test_hf_entries_rebuild_from_their_config(name: str) -> None:
         *("params", "matrices", "layers", "activations_per_sample"),
         *("attention_scores_per_sample", "attention_scores_exponent"),
         *("largest_attention_scores_per_sample", "autocast_bytes_per_sample"),
+        *("fixed_activations", "autocast_fixed_bytes"),
     ):
         assert built.get(field) == committed.get(field), field
     assert lookup(f"hf:{name}").params == built["params"]
+
+
+def test_a_kept_entry_gets_a_field_added_since_and_stays_if_it_cannot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An entry built before `autocast_fixed_bytes` is completed with the autocast
+    figures a full build gives; one whose completion fails is kept as it was, and the
+    failure recorded."""
+    committed = _committed("torchvision", "resnet18")
+    older = {k: v for k, v in committed.items() if k != "autocast_fixed_bytes"}
+    broken = older | {"name": "broken"}
+    monkeypatch.setattr(build, "read_entries", lambda source: {"resnet18": older, "broken": broken})
+
+    def complete(name: str, entry: dict[str, object]) -> dict[str, int]:
+        if name == "broken":
+            raise RuntimeError("cannot build")
+        return build.torchvision_completed(name, entry)
+
+    builder = build.Builder(rebuild=False)
+    assert builder.reuse  # the committed data's library versions
+    built = builder.collect("torchvision", ["resnet18", "broken"], pytest.fail, complete)
+    assert built == {"resnet18": committed, "broken": broken}
+    assert list(builder.failures) == ["torchvision:broken"]

@@ -99,6 +99,11 @@ def standardised():
     return Standardised(), torch.empty(2, 32)
 
 
+def standardised_behind():
+    # behind a layer, so that its input needs a gradient and its weight is kept
+    return torch.nn.Sequential(torch.nn.Linear(32, 32), Standardised()), torch.empty(2, 32)
+
+
 class Recurrent(torch.nn.Module):
     # a GRU given its first state, whose batch is its second dimension
 
@@ -183,6 +188,8 @@ def test_a_traced_resnet18_matches_its_catalog_entry(
     assert summary.activations_per_sample == entry.activations_per_sample
     assert summary.largest_activation_per_sample == entry.largest_activation_per_sample
     assert summary.fixed_activations == entry.fixed_activations
+    assert summary.autocast_bytes_per_sample == entry.autocast_bytes_per_sample
+    assert summary.autocast_fixed_bytes == entry.autocast_fixed_bytes
     assert summary.layers == {k: v for k, v in entry.layers.items()}
 
 
@@ -273,6 +280,47 @@ def test_what_a_step_keeps_once_is_not_counted_per_sample(
     assert growth.largest == 64
     assert growth.fixed == 64 * 32 + 64
     assert saved.elements == growth.fixed + 2 * growth.per_sample
+
+
+def test_what_a_step_keeps_once_under_autocast_is_charged_as_traced(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind another layer, a standardised weight is kept three ways once a step: the
+    centred weight (64x32) and its norms (64), which the division keeps, and the
+    standardised weight, which the matmul keeps for its input's gradient: 4,160 fp32
+    elements. Under autocast the first two stay fp32 (8,448 bytes) and the matmul keeps
+    the 16-bit cast of the standardised weight (4,096) in place of autocast's copy of a
+    raw weight. `amp_*` charges that, not the fp32 elements at 16 bits (8,320) beside a
+    copy of every weight (6,208)."""
+    need("torchvision")
+    from estimator.analytical.model import breakdown
+    from estimator.trace import trace
+
+    monkeypatch.chdir(project)
+    summary = trace("mymodels:standardised_behind")
+    assert summary.params == 64 * 32 + 32 * 32 + 32
+    assert summary.fixed_activations == 2 * 64 * 32 + 64
+    assert summary.autocast_fixed_bytes == (64 * 32 + 64) * 4 + 64 * 32 * 2
+
+    def kept_once(**summary_fields: int) -> float:
+        """The activations a step keeps whatever its batch under autocast, in bytes
+        (plain SGD: no optimizer-step temporaries outweigh this small model's)."""
+
+        def activations(batch: int) -> float:
+            body = {
+                "model": {"summary": summary.model_dump() | summary_fields},
+                "batch_size": batch,
+                "precision": "amp_bf16",
+                "optimizer": "sgd",
+            }
+            return breakdown(TrainingSpec.model_validate(body), None).activations * 2**20
+
+        return 2 * activations(1) - activations(2)
+
+    copies = summary.params * 2  # charged with the weights
+    assert kept_once() + copies == pytest.approx(summary.autocast_fixed_bytes)
+    unmeasured = kept_once(autocast_fixed_bytes=0) + copies
+    assert unmeasured == pytest.approx(summary.fixed_activations * 2 + copies)
 
 
 def test_a_model_that_takes_no_doubled_batch_is_traced_at_its_example_batch(

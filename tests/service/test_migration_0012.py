@@ -29,6 +29,7 @@ NEW_COUNTS = (
     "largest_attention_scores_per_sample",
     "autocast_bytes_per_sample",
     "fixed_activations",  # 0013's
+    "autocast_fixed_bytes",  # 0016's
 )
 
 
