@@ -68,3 +68,19 @@ def without_summary_counts(training: dict[str, Any], names: tuple[str, ...]) -> 
         return training
     kept = {name: value for name, value in summary.items() if name not in names}
     return training | {"model": training["model"] | {"summary": kept}}
+
+
+def summary_counts_migration(
+    names: tuple[str, ...],
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """A migration's upgrade and downgrade for counts added to the `summary` form:
+    stored summaries get `names` as 0 (estimated as a summary without them was), and
+    lose them again for the older code."""
+
+    def upgrade() -> None:
+        rewrite_training(lambda training: with_summary_counts(training, names))
+
+    def downgrade() -> None:
+        rewrite_training(lambda training: without_summary_counts(training, names))
+
+    return upgrade, downgrade

@@ -76,6 +76,7 @@ class ModelShape:
     autocast_bytes_per_sample: float = 0.0  # activations' bytes under autocast (0: unknown)
     fixed_activations: float = 0.0  # saved elements a step keeps whatever its batch
     autocast_fixed_bytes: float = 0.0  # what a step keeps once under autocast (0: unknown)
+    fixed_activations_constant: float = 0.0  # of fixed_activations, what never grows
 
 
 def _transformer_shape(name: str, params: int, dims: TransformerDims) -> ModelShape:
@@ -158,6 +159,7 @@ def resolve(spec: TrainingSpec) -> ModelShape:
         float(entry.autocast_bytes_per_sample),
         float(entry.fixed_activations),
         float(entry.autocast_fixed_bytes),
+        float(entry.fixed_activations_constant),
     )
 
 
@@ -227,18 +229,30 @@ class Breakdown:
         }
 
 
-def _kept_once_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: float) -> float:
-    """Bytes of `fixed_activations` at the reference input, beyond autocast's 16-bit
-    weight copies (charged with the weights, `_model_states`). Under autocast a
-    standardised weight's 16-bit cast is what its convolution keeps, in place of the
-    raw weight's (NFNet-F0: 137 MiB kept once, not the 225 that the fp32 standardised
-    weights at 16 bits beside a copy of every weight would make; bench/RESULTS.md): so
-    where the traced autocast forward measured what it keeps once, that is charged,
-    less the copies."""
+def _kept_once_bytes(
+    spec: TrainingSpec, shape: ModelShape, element_bytes: float, pixels: float
+) -> float:
+    """What a step keeps whatever its batch, at `pixels` times the reference input:
+    weights standardised in the forward, which do not grow with the input, and position
+    tables, which grow at most as the pairs of tokens do (pixels squared: Swin-V2's
+    continuous position bias traces 91M, 287M and 907M elements at 288, 384 and 512
+    px). The catalog tells the part that does not grow from a second input
+    (`fixed_activations_constant`); the rest, all where that is not known, is charged
+    the steeper growth at a larger input and what the reference input keeps at a
+    smaller one.
+
+    Under autocast a standardised weight's 16-bit cast is what its convolution keeps,
+    in place of the raw weight's (NFNet-F0: 137 MiB kept once, not the 225 that the fp32
+    standardised weights at 16 bits beside a copy of every weight would make;
+    bench/RESULTS.md): so where the traced autocast forward measured what it keeps
+    once, that is charged less autocast's 16-bit weight copies (charged with the
+    weights, `_model_states`), all of it as growing."""
+    growth = max(pixels, 1.0) ** 2
     if autocast(spec.precision) and shape.autocast_fixed_bytes:
         copies = shape.params * state_bytes(spec.precision, spec.master_weights).autocast_cache
-        return max(0.0, shape.autocast_fixed_bytes - copies)
-    return shape.fixed_activations * element_bytes
+        return max(0.0, shape.autocast_fixed_bytes - copies) * growth
+    constant = min(shape.fixed_activations_constant, shape.fixed_activations)
+    return (constant + (shape.fixed_activations - constant) * growth) * element_bytes
 
 
 def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: float) -> float:
@@ -269,12 +283,7 @@ def _activation_bytes(spec: TrainingSpec, shape: ModelShape, element_bytes: floa
         kept += shape.attention_scores_per_sample * growth * per_score
         if spec.activation_checkpointing != "full":
             largest = max(largest, shape.largest_attention_scores_per_sample * growth)
-    # what a step keeps whatever its batch: weights standardised in the forward, which
-    # do not grow with the input, and position tables, which grow at most as the pairs
-    # of tokens do (pixels squared: Swin-V2's continuous position bias traces 91M, 287M
-    # and 907M elements at 288, 384 and 512 px); a larger input is charged the steeper
-    # growth, a smaller one what the reference input keeps
-    kept += _kept_once_bytes(spec, shape, element_bytes) * max(pixels, 1.0) ** 2
+    kept += _kept_once_bytes(spec, shape, element_bytes, pixels)
     if spec.activation_checkpointing == "full":
         # checkpoint every sqrt(n)-th layer: O(sqrt(n)) memory (Chen et al. 2016,
         # "Training Deep Nets with Sublinear Memory Cost")

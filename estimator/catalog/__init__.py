@@ -56,6 +56,8 @@ class CatalogEntry:
     largest_activation_per_sample: int = 0
     activation_exponent: float = 1.0
     fixed_activations: int = 0  # kept once a step whatever the batch
+    # of those, the elements that do not grow with the input (0: not known, all may)
+    fixed_activations_constant: int = 0
     # scores an eager (math-kernel) attention keeps, which the fused kernels do not
     attention_scores_per_sample: int = 0
     attention_scores_exponent: float = 2.0
@@ -95,6 +97,7 @@ def _entry(source: str, raw: dict[str, Any]) -> CatalogEntry:
         largest_activation_per_sample=int(raw.get("largest_activation_per_sample", 0)),
         activation_exponent=float(raw.get("activation_exponent", 1.0)),
         fixed_activations=int(raw.get("fixed_activations") or 0),
+        fixed_activations_constant=int(raw.get("fixed_activations_constant") or 0),
         attention_scores_per_sample=int(raw.get("attention_scores_per_sample", 0)),
         # not measured (a fixed-size model): global attention's, the steeper growth
         attention_scores_exponent=float(raw.get("attention_scores_exponent") or 2.0),

@@ -52,6 +52,7 @@ VISION_FIELDS = [
     "largest_activation_per_sample",
     "activation_exponent",
     "fixed_activations",
+    "fixed_activations_constant",
     "attention_scores_per_sample",
     "attention_scores_exponent",
     "largest_attention_scores_per_sample",
@@ -88,6 +89,23 @@ def _growth(reference: int, fewer: int, size: int, smaller: int) -> float:
     attention's scores as their square)."""
     exponent = math.log(reference / fewer) / math.log((size / smaller) ** 2)
     return round(min(max(exponent, 0.5), 2.0), 4)
+
+
+def constant_part(reference: int, fewer: int, size: int, smaller: int) -> int:
+    """Of the `reference` elements a step keeps once at input `size`, those that do not
+    grow with the input, from the `fewer` it keeps at `smaller`. They are split into a
+    constant part (weights standardised in the forward) and one that grows as the pixels
+    squared (tables over pairs of tokens, the steepest growth) so that both inputs'
+    counts hold: a growth between the two is then overestimated at larger inputs, not
+    under."""
+    squared = (smaller / size) ** 4  # the pixels squared, at the smaller input
+    growing = (reference - fewer) / (1 - squared)
+    return round(reference - min(max(growing, 0.0), reference))
+
+
+def smaller_input(size: int) -> int:
+    """The second input a model is measured at, to tell how its counts grow."""
+    return max(32, (size * 3 // 4) // 32 * 32)
 
 
 def activations_entry(growth: Growth) -> dict[str, int]:
@@ -134,13 +152,17 @@ def measured(
     reference, growth = saved_growth(model, **example)
     entry |= activations_entry(growth) | scores_entry(reference)
     entry |= autocast_entry(model, example)
-    smaller = max(32, (size * 3 // 4) // 32 * 32)
+    smaller = smaller_input(size)
     try:
         resized = on_meta(lambda: build(smaller))
         fewer, fewer_growth = saved_growth(resized, **inputs(smaller))
         entry["activation_exponent"] = _growth(
             growth.per_sample, fewer_growth.per_sample, size, smaller
         )
+        if growth.fixed:
+            entry["fixed_activations_constant"] = constant_part(
+                growth.fixed, fewer_growth.fixed, size, smaller
+            )
         if reference.scores and fewer.scores:
             entry["attention_scores_exponent"] = _growth(
                 reference.scores, fewer.scores, size, smaller
@@ -172,12 +194,23 @@ def timm_entry(name: str) -> dict[str, Any]:
 def completed(
     name: str, entry: dict[str, Any], build: Callable[[int], torch.nn.Module]
 ) -> dict[str, int]:
-    """What an entry built before `autocast_fixed_bytes` lacks: both autocast figures,
-    measured again at its reference input."""
-    if "autocast_fixed_bytes" in entry:
-        return {}
+    """What an entry built before `autocast_fixed_bytes` and `fixed_activations_constant`
+    lacks: both autocast figures, measured again at its reference input, and the part
+    of what a step keeps once that does not grow, from the smaller input (left out
+    where that cannot be built, as a full build leaves it)."""
     size = int(entry["reference_size"])
-    return autocast_entry(on_meta(lambda: build(size)), images(size))
+    more: dict[str, int] = {}
+    if "autocast_fixed_bytes" not in entry:
+        more |= autocast_entry(on_meta(lambda: build(size)), images(size))
+    fixed = int(entry["fixed_activations"])
+    if "fixed_activations_constant" not in entry and fixed:
+        smaller = smaller_input(size)
+        try:
+            _, fewer = saved_growth(on_meta(lambda: build(smaller)), **images(smaller))
+        except Exception:  # a fixed-size model
+            return more
+        more["fixed_activations_constant"] = constant_part(fixed, fewer.fixed, size, smaller)
+    return more
 
 
 def timm_completed(name: str, entry: dict[str, Any]) -> dict[str, int]:

@@ -14,29 +14,11 @@ Create Date: 2026-12-07 12:30:00
 
 from __future__ import annotations
 
-from typing import Any
-
-from migrations.stored_specs import rewrite_training, with_summary_counts, without_summary_counts
+from migrations.stored_specs import summary_counts_migration
 
 revision: str = "0013"
 down_revision: str | None = "0012"
 branch_labels: str | None = None
 depends_on: str | None = None
 
-COUNTS = ("fixed_activations",)
-
-
-def _upgraded(training: dict[str, Any]) -> dict[str, Any]:
-    return with_summary_counts(training, COUNTS)
-
-
-def _downgraded(training: dict[str, Any]) -> dict[str, Any]:
-    return without_summary_counts(training, COUNTS)
-
-
-def upgrade() -> None:
-    rewrite_training(_upgraded)
-
-
-def downgrade() -> None:
-    rewrite_training(_downgraded)
+upgrade, downgrade = summary_counts_migration(("fixed_activations",))

@@ -58,7 +58,7 @@ def test_hf_entries_rebuild_from_their_config(name: str) -> None:
         *("params", "matrices", "layers", "activations_per_sample"),
         *("attention_scores_per_sample", "attention_scores_exponent"),
         *("largest_attention_scores_per_sample", "autocast_bytes_per_sample"),
-        *("fixed_activations", "autocast_fixed_bytes"),
+        *("fixed_activations", "fixed_activations_constant", "autocast_fixed_bytes"),
     ):
         assert built.get(field) == committed.get(field), field
     assert lookup(f"hf:{name}").params == built["params"]
@@ -67,11 +67,13 @@ def test_hf_entries_rebuild_from_their_config(name: str) -> None:
 def test_a_kept_entry_gets_a_field_added_since_and_stays_if_it_cannot(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An entry built before `autocast_fixed_bytes` is completed with the autocast
-    figures a full build gives; one whose completion fails is kept as it was, and the
-    failure recorded."""
+    """An entry built before `autocast_fixed_bytes` and `fixed_activations_constant` is
+    completed with the figures a full build gives; one whose completion fails is kept as
+    it was, and the failure recorded."""
     committed = _committed("torchvision", "resnet18")
-    older = {k: v for k, v in committed.items() if k != "autocast_fixed_bytes"}
+    added = ("autocast_fixed_bytes", "fixed_activations_constant")
+    assert all(committed[field] for field in added)
+    older = {k: v for k, v in committed.items() if k not in added}
     broken = older | {"name": "broken"}
     monkeypatch.setattr(build, "read_entries", lambda source: {"resnet18": older, "broken": broken})
 
@@ -85,3 +87,25 @@ def test_a_kept_entry_gets_a_field_added_since_and_stays_if_it_cannot(
     built = builder.collect("torchvision", ["resnet18", "broken"], pytest.fail, complete)
     assert built == {"resnet18": committed, "broken": broken}
     assert list(builder.failures) == ["torchvision:broken"]
+
+
+@pytest.mark.parametrize(
+    ("fewer", "constant"),
+    [
+        (1000, 1000),  # the same at both inputs: standardised weights
+        (316, 0),  # as the pixels squared (1000 x 0.75**4): a table over pairs of tokens
+        (600, 415),  # in between: 400 / (1 - 0.75**4) = 585 elements grow
+        (1200, 1000),  # fewer at the larger input: none grows
+        (100, 0),  # steeper than the pixels squared: all grows
+    ],
+)
+def test_what_a_step_keeps_once_is_split_into_a_constant_and_a_growing_part(
+    fewer: int, constant: int
+) -> None:
+    """Split so that both inputs' counts hold (where they can), with the growing part
+    taken as the pixels squared: a growth in between, as the pixels, is then charged
+    more at a larger input than it takes, never less."""
+    assert build.constant_part(1000, fewer, 384, 288) == constant
+    if 0 < constant < 1000:
+        at_twice = constant + (1000 - constant) * 2**4  # charged at 768 px
+        assert at_twice > 1000 * 2**2  # what growing as the pixels keeps there
