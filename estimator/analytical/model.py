@@ -246,12 +246,15 @@ def _kept_once_bytes(
     standardised weights at 16 bits beside a copy of every weight would make;
     bench/RESULTS.md): so where the traced autocast forward measured what it keeps
     once, that is charged less autocast's 16-bit weight copies (charged with the
-    weights, `_model_states`), all of it as growing."""
+    weights, `_model_states`). Of that rest, the constant elements take the fewest bytes
+    they can (16 bits each), so that the part charged as growing is not understated."""
     growth = max(pixels, 1.0) ** 2
+    constant = min(shape.fixed_activations_constant, shape.fixed_activations)
     if autocast(spec.precision) and shape.autocast_fixed_bytes:
         copies = shape.params * state_bytes(spec.precision, spec.master_weights).autocast_cache
-        return max(0.0, shape.autocast_fixed_bytes - copies) * growth
-    constant = min(shape.fixed_activations_constant, shape.fixed_activations)
+        rest = max(0.0, shape.autocast_fixed_bytes - copies)
+        steady = min(rest, constant * 2)
+        return steady + (rest - steady) * growth
     return (constant + (shape.fixed_activations - constant) * growth) * element_bytes
 
 

@@ -159,7 +159,7 @@ def measured(
         entry["activation_exponent"] = _growth(
             growth.per_sample, fewer_growth.per_sample, size, smaller
         )
-        if growth.fixed:
+        if growth.fixed and smaller < size:
             entry["fixed_activations_constant"] = constant_part(
                 growth.fixed, fewer_growth.fixed, size, smaller
             )
@@ -202,9 +202,9 @@ def completed(
     more: dict[str, int] = {}
     if "autocast_fixed_bytes" not in entry:
         more |= autocast_entry(on_meta(lambda: build(size)), images(size))
-    fixed = int(entry["fixed_activations"])
-    if "fixed_activations_constant" not in entry and fixed:
-        smaller = smaller_input(size)
+    fixed = int(entry.get("fixed_activations", 0))
+    smaller = smaller_input(size)
+    if "fixed_activations_constant" not in entry and fixed and smaller < size:
         try:
             _, fewer = saved_growth(on_meta(lambda: build(smaller)), **images(smaller))
         except Exception:  # a fixed-size model

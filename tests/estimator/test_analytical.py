@@ -164,6 +164,40 @@ def test_what_autocast_keeps_once_is_charged_under_autocast_alone(
 
 
 @pytest.mark.parametrize(
+    ("name", "steady_share"),
+    [("timm:swinv2_cr_tiny_384", 0.0), ("timm:tiny_vit_21m_512", 0.8)],
+)
+def test_under_autocast_what_a_step_keeps_once_grows_as_its_constant_part_allows(
+    name: str, steady_share: float
+) -> None:
+    """Under autocast, of what a step keeps once beyond the weights' copies, the
+    constant elements (TinyViT's, all of them) take 16 bits each and stay as traced at a
+    larger input; the rest (Swin-V2-CR's tables, nearly all) grows as the pixels
+    squared."""
+    model = lookup(name)
+    rest = model.autocast_fixed_bytes - model.params * 2
+    steady = min(rest, model.fixed_activations_constant * 2)
+    assert steady / rest == pytest.approx(steady_share, abs=0.02)
+
+    def once(image_size: int) -> float:
+        def activations(batch: int) -> float:
+            body = {
+                "model": {"catalog": name},
+                "batch_size": batch,
+                "image_size": image_size,
+                "precision": "amp_bf16",
+                "optimizer": "sgd",  # no optimizer-step temporaries outweigh a batch of one's
+            }
+            return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
+
+        return 2 * activations(1) - activations(2)
+
+    larger = model.reference_size * 3 // 2
+    assert once(model.reference_size) == pytest.approx(rest)
+    assert once(larger) == pytest.approx(steady + (rest - steady) * 1.5**4)
+
+
+@pytest.mark.parametrize(
     ("name", "standardised"),
     [("timm:nfnet_f0", True), ("timm:resnetv2_50x1_bit", True), ("timm:resnet50", False)],
 )

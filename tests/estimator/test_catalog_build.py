@@ -37,7 +37,9 @@ def test_torchvision_entries_rebuild_exactly(name: str) -> None:
         assert _as_written(built, field) == committed[field], field
 
 
-@pytest.mark.parametrize("name", ["resnet50", "vit_base_patch16_224", "legacy_xception"])
+@pytest.mark.parametrize(
+    "name", ["resnet50", "vit_base_patch16_224", "legacy_xception", "beit_base_patch16_224"]
+)
 def test_timm_entries_rebuild_exactly(name: str) -> None:
     built = build.timm_entry(name)
     committed = _committed("timm", name)
@@ -64,29 +66,36 @@ def test_hf_entries_rebuild_from_their_config(name: str) -> None:
     assert lookup(f"hf:{name}").params == built["params"]
 
 
+@pytest.mark.parametrize(
+    ("source", "name"),
+    # BEiT keeps once both constant tensors and tables that grow with the input
+    [("torchvision", "resnet18"), ("timm", "beit_base_patch16_224")],
+)
 def test_a_kept_entry_gets_a_field_added_since_and_stays_if_it_cannot(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, source: str, name: str
 ) -> None:
     """An entry built before `autocast_fixed_bytes` and `fixed_activations_constant` is
     completed with the figures a full build gives; one whose completion fails is kept as
     it was, and the failure recorded."""
-    committed = _committed("torchvision", "resnet18")
+    committed = _committed(source, name)
     added = ("autocast_fixed_bytes", "fixed_activations_constant")
     assert all(committed[field] for field in added)
     older = {k: v for k, v in committed.items() if k not in added}
     broken = older | {"name": "broken"}
-    monkeypatch.setattr(build, "read_entries", lambda source: {"resnet18": older, "broken": broken})
+    monkeypatch.setattr(build, "read_entries", lambda source: {name: older, "broken": broken})
+    completes = build.timm_completed if source == "timm" else build.torchvision_completed
 
-    def complete(name: str, entry: dict[str, object]) -> dict[str, int]:
-        if name == "broken":
+    def complete(model: str, entry: dict[str, object]) -> dict[str, int]:
+        if model == "broken":
             raise RuntimeError("cannot build")
-        return build.torchvision_completed(name, entry)
+        return completes(model, entry)
 
     builder = build.Builder(rebuild=False)
     assert builder.reuse  # the committed data's library versions
-    built = builder.collect("torchvision", ["resnet18", "broken"], pytest.fail, complete)
-    assert built == {"resnet18": committed, "broken": broken}
-    assert list(builder.failures) == ["torchvision:broken"]
+    fields = build.TIMM_FIELDS if source == "timm" else build.VISION_FIELDS
+    built = builder.collect(source, [name, "broken"], pytest.fail, complete, fields=fields)
+    assert built == {name: committed, "broken": broken}
+    assert list(builder.failures) == [f"{source}:broken"]
 
 
 @pytest.mark.parametrize(
