@@ -159,7 +159,7 @@ def measured(
         entry["activation_exponent"] = _growth(
             growth.per_sample, fewer_growth.per_sample, size, smaller
         )
-        if growth.fixed and smaller < size:
+        if growth.fixed:  # the smaller input is smaller: `_growth` raised otherwise
             entry["fixed_activations_constant"] = constant_part(
                 growth.fixed, fewer_growth.fixed, size, smaller
             )

@@ -3,6 +3,8 @@ transformers: `make test-catalog`; skipped without them)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from estimator.catalog import lookup
@@ -114,7 +116,9 @@ def test_what_a_step_keeps_once_is_split_into_a_constant_and_a_growing_part(
     """Split so that both inputs' counts hold (where they can), with the growing part
     taken as the pixels squared: a growth in between, as the pixels, is then charged
     more at a larger input than it takes, never less."""
-    assert build.constant_part(1000, fewer, 384, 288) == constant
-    if 0 < constant < 1000:
-        at_twice = constant + (1000 - constant) * 2**4  # charged at 768 px
-        assert at_twice > 1000 * 2**2  # what growing as the pixels keeps there
+    split = build.constant_part(1000, fewer, 384, 288)
+    assert split == constant
+    if 0 < split < 1000:
+        # the power of the pixels that takes `fewer` to 1,000 kept at twice the input
+        exponent = math.log(1000 / fewer) / math.log((384 / 288) ** 2)
+        assert split + (1000 - split) * 2**4 > 1000 * (2**2) ** exponent
