@@ -12,6 +12,7 @@ from estimator.analytical.transformer import layer_activation_bytes, total_param
 from estimator.catalog import lookup
 from estimator.gpus import find_gpu_model
 from estimator.spec import Parallelism, TrainingSpec, TransformerDims
+from tests.estimator.kept_once import kept_once_bytes
 
 GPT = TransformerDims(layers=24, hidden=1024, heads=16, vocab=50257)
 
@@ -151,16 +152,12 @@ def test_what_autocast_keeps_once_is_charged_under_autocast_alone(
         "layers": {"linear": 8},
     }
 
-    def activations(batch: int) -> float:
-        body = {
-            "model": {"summary": summary},
-            "batch_size": batch,
-            "precision": precision,
-            "optimizer": "sgd",  # no optimizer-step temporaries to outweigh them
-        }
-        return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
-
-    assert 2 * activations(1) - activations(2) == pytest.approx(charged, abs=1e-3)
+    body = {
+        "model": {"summary": summary},
+        "precision": precision,
+        "optimizer": "sgd",  # no optimizer-step temporaries to outweigh them
+    }
+    assert kept_once_bytes(body) == pytest.approx(charged, abs=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -180,17 +177,13 @@ def test_under_autocast_what_a_step_keeps_once_grows_as_its_constant_part_allows
     assert steady / rest == pytest.approx(steady_share, abs=0.02)
 
     def once(image_size: int) -> float:
-        def activations(batch: int) -> float:
-            body = {
-                "model": {"catalog": name},
-                "batch_size": batch,
-                "image_size": image_size,
-                "precision": "amp_bf16",
-                "optimizer": "sgd",  # no optimizer-step temporaries outweigh a batch of one's
-            }
-            return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
-
-        return 2 * activations(1) - activations(2)
+        body = {
+            "model": {"catalog": name},
+            "image_size": image_size,
+            "precision": "amp_bf16",
+            "optimizer": "sgd",  # no optimizer-step temporaries outweigh a batch of one's
+        }
+        return kept_once_bytes(body)
 
     larger = model.reference_size * 3 // 2
     assert once(model.reference_size) == pytest.approx(rest)
@@ -213,11 +206,7 @@ def test_under_autocast_a_step_keeps_once_what_its_traced_forward_kept(
     copies = model.params * 2
     assert model.autocast_fixed_bytes == pytest.approx(copies, rel=0.01)
 
-    def activations(batch: int) -> float:
-        body = {"model": {"catalog": name}, "batch_size": batch, "precision": "amp_bf16"}
-        return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
-
-    kept_once = 2 * activations(32) - activations(64)
+    kept_once = kept_once_bytes({"model": {"catalog": name}, "precision": "amp_bf16"}, 32)
     assert kept_once == pytest.approx(max(0, model.autocast_fixed_bytes - copies), abs=1)
     # the fp32 once-kept elements: the standardised weights, about one a parameter
     assert (model.fixed_activations > model.params / 2) is standardised
@@ -241,19 +230,9 @@ def test_what_a_step_keeps_once_grows_where_it_does_and_checkpointing_shrinks_it
     assert (constant < model.fixed_activations / 100) is grows
 
     def once(**kw: object) -> float:
-        """What a step keeps whatever its batch: twice one sample's estimate less two's."""
-
-        def activations(batch: int) -> float:
-            # plain SGD: no optimizer-step temporaries outweigh a batch of one's
-            body = {
-                "model": {"catalog": model.qualified_name},
-                "batch_size": batch,
-                "optimizer": "sgd",
-                **kw,
-            }
-            return breakdown(TrainingSpec.model_validate(body), None).activations * MIB
-
-        return 2 * activations(1) - activations(2)
+        # plain SGD: no optimizer-step temporaries outweigh a batch of one's
+        body = {"model": {"catalog": model.qualified_name}, "optimizer": "sgd", **kw}
+        return kept_once_bytes(body)
 
     traced = model.fixed_activations * 4  # fp32
     assert once() == pytest.approx(traced)

@@ -14,6 +14,7 @@ import yaml
 from estimator.catalog import lookup
 from estimator.estimate import default_estimator
 from estimator.spec import TrainingSpec
+from tests.estimator.kept_once import kept_once_bytes
 from tests.estimator.torch_or_skip import need
 
 FACTORIES = """
@@ -293,7 +294,6 @@ def test_what_a_step_keeps_once_under_autocast_is_charged_as_traced(
     raw weight. `amp_*` charges that, not the fp32 elements at 16 bits (8,320) beside a
     copy of every weight (6,208)."""
     need("torchvision")
-    from estimator.analytical.model import breakdown
     from estimator.trace import trace
 
     monkeypatch.chdir(project)
@@ -303,19 +303,14 @@ def test_what_a_step_keeps_once_under_autocast_is_charged_as_traced(
     assert summary.autocast_fixed_bytes == (64 * 32 + 64) * 4 + 64 * 32 * 2
 
     def kept_once(**summary_fields: int) -> float:
-        """The activations a step keeps whatever its batch under autocast, in bytes
-        (plain SGD: no optimizer-step temporaries outweigh this small model's)."""
-
-        def activations(batch: int) -> float:
-            body = {
-                "model": {"summary": summary.model_dump() | summary_fields},
-                "batch_size": batch,
-                "precision": "amp_bf16",
-                "optimizer": "sgd",
-            }
-            return breakdown(TrainingSpec.model_validate(body), None).activations * 2**20
-
-        return 2 * activations(1) - activations(2)
+        """Under autocast (plain SGD: no optimizer-step temporaries outweigh this small
+        model's)."""
+        body = {
+            "model": {"summary": summary.model_dump() | summary_fields},
+            "precision": "amp_bf16",
+            "optimizer": "sgd",
+        }
+        return kept_once_bytes(body)
 
     copies = summary.params * 2  # charged with the weights
     assert kept_once() + copies == pytest.approx(summary.autocast_fixed_bytes)
